@@ -1,0 +1,47 @@
+package v1alpha1
+
+// Finalizer keeps a ToolCall until no approval request for it can still be pending.
+const Finalizer = "toolgate.dev/cancel-approval-request"
+
+// Labels the controller puts on the Jobs (and their Pods) it creates.
+const (
+	LabelToolCallUID  = "toolgate.dev/toolcall-uid"
+	LabelToolCallName = "toolgate.dev/toolcall"
+	LabelToolName     = "toolgate.dev/tool"
+)
+
+// Condition types on a ToolCall.
+const (
+	// ConditionApproved: True once a valid approval was obtained; False when it will not be.
+	ConditionApproved = "Approved"
+	// ConditionExecuted: True once the Job exists (the tool was started); False when it never will.
+	ConditionExecuted = "Executed"
+	// ConditionReady: True once the ToolCall reached a terminal phase and its outcome is final.
+	ConditionReady = "Ready"
+)
+
+// Reasons: used in status.reason, condition reasons and event reasons. Stable CamelCase words.
+const (
+	ReasonAccepted            = "Accepted"
+	ReasonSubmitFailed        = "SubmitFailed"
+	ReasonAwaitingApproval    = "AwaitingApproval"
+	ReasonApproved            = "Approved"
+	ReasonDenied              = "Denied"
+	ReasonApprovalExpired     = "ApprovalExpired"
+	ReasonProviderExpired     = "ProviderExpired"
+	ReasonWaitingLimitReached = "WaitingLimitReached"
+	ReasonProviderCancelled   = "ProviderCancelled"
+	ReasonProviderRefused     = "ProviderRefused"
+	ReasonUntrustedResponse   = "UntrustedProviderResponse"
+	ReasonUnknownTool         = "UnknownTool"
+	ReasonAmbiguousTool       = "AmbiguousTool"
+	ReasonInvalidArguments    = "InvalidArguments"
+	ReasonArgumentsTooLarge   = "ArgumentsTooLarge"
+	ReasonInvalidTool         = "InvalidTool"
+	ReasonTimeoutDoesNotFit   = "TimeoutDoesNotFit"
+	ReasonJobCreated          = "JobCreated"
+	ReasonJobSucceeded        = "JobSucceeded"
+	ReasonJobFailed           = "JobFailed"
+	ReasonCancelRequested     = "CancelRequested"
+	ReasonCancelFailed        = "CancelFailed"
+)

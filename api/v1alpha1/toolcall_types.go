@@ -1,0 +1,165 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// MaxArgumentsBytes is the largest serialized spec.arguments a ToolCall may carry.
+const MaxArgumentsBytes = 64 * 1024
+
+// MaxResultBytes is the largest status.result the controller records (the Job's termination message).
+const MaxResultBytes = 4 * 1024
+
+// ToolCallSpec is one request to run a tool. It is immutable: what a human approved is what runs.
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || !self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || !self.waitingLimit.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self.timeout) <= duration(self.waitingLimit)",message="timeout must not exceed waitingLimit: the approval has to arrive while the caller is still waiting"
+type ToolCallSpec struct {
+	// tool is the toolName of a Tool in this namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +required
+	Tool string `json:"tool"`
+
+	// arguments are the tool's arguments as a JSON object (at most 64 KiB serialized). They are shown to
+	// the approver and passed to the Job as TOOL_ARGUMENTS.
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +required
+	Arguments runtime.RawExtension `json:"arguments"`
+
+	// waitingLimit is how long the caller will wait in total, from creation to the result.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="waitingLimit must be a positive duration such as 90s, 30m or 1h30m"
+	// +required
+	WaitingLimit metav1.Duration `json:"waitingLimit"`
+
+	// timeout is the approval timeout requested from the provider. Default: the largest that fits in
+	// the waiting limit after the Tool's execution timeout and the controller's margins.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="timeout must be a duration of at least 1s such as 90s, 30m or 1h30m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// ToolCallPhase is where a ToolCall is in its life.
+// +kubebuilder:validation:Enum=Pending;AwaitingApproval;Running;Succeeded;Failed;Denied;Expired;ApprovalUnavailable;Cancelled;Rejected
+type ToolCallPhase string
+
+const (
+	// PhasePending: accepted, the approval request is not submitted yet.
+	PhasePending ToolCallPhase = "Pending"
+	// PhaseAwaitingApproval: the provider holds a pending approval request.
+	PhaseAwaitingApproval ToolCallPhase = "AwaitingApproval"
+	// PhaseRunning: approved while valid; the Job exists.
+	PhaseRunning ToolCallPhase = "Running"
+	// PhaseSucceeded: the Job completed.
+	PhaseSucceeded ToolCallPhase = "Succeeded"
+	// PhaseFailed: the Job failed.
+	PhaseFailed ToolCallPhase = "Failed"
+	// PhaseDenied: a human denied the request.
+	PhaseDenied ToolCallPhase = "Denied"
+	// PhaseExpired: approved, but the approval had expired when the Job was about to be created.
+	PhaseExpired ToolCallPhase = "Expired"
+	// PhaseApprovalUnavailable: no valid decision could be obtained within the limit. Never a denial.
+	PhaseApprovalUnavailable ToolCallPhase = "ApprovalUnavailable"
+	// PhaseCancelled: the provider reports the request cancelled.
+	PhaseCancelled ToolCallPhase = "Cancelled"
+	// PhaseRejected: bad input caught before asking a human.
+	PhaseRejected ToolCallPhase = "Rejected"
+)
+
+// IsTerminal reports whether nothing more will happen to a ToolCall in this phase.
+func (p ToolCallPhase) IsTerminal() bool {
+	switch p {
+	case PhaseSucceeded, PhaseFailed, PhaseDenied, PhaseExpired, PhaseApprovalUnavailable, PhaseCancelled, PhaseRejected:
+		return true
+	}
+	return false
+}
+
+// Decision is the provider's decision on the approval request, as recorded by the controller.
+type Decision struct {
+	// status is the decision: approved, denied, expired or cancelled.
+	Status string `json:"status"`
+	// note is the approver's note.
+	// +optional
+	Note string `json:"note,omitempty"`
+	// decidedAt is when the decision was recorded by the provider.
+	// +optional
+	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+	// expiresAt is when an approval stops being valid: the Job must be created before it.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+}
+
+// ToolCallStatus is written by the controller only.
+type ToolCallStatus struct {
+	// phase summarises where the ToolCall is.
+	// +optional
+	Phase ToolCallPhase `json:"phase,omitempty"`
+	// requestID is the provider's approval request id.
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
+	// deadlineAt is the provider's deadline for a decision.
+	// +optional
+	DeadlineAt *metav1.Time `json:"deadlineAt,omitempty"`
+	// decision is the provider's decision once there is one.
+	// +optional
+	Decision *Decision `json:"decision,omitempty"`
+	// jobName is the Job executing the tool. Its existence is the record that the tool was started.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+	// result is the Job's termination message (at most 4 KiB).
+	// +optional
+	Result string `json:"result,omitempty"`
+	// reason is a CamelCase word for the current phase, e.g. Denied or WaitingLimitReached.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// message is a sentence a person or an agent can read.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// conditions: Approved, Executed and Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=toolgate
+// +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.status`,priority=1
+// +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ToolCall asks for a tool to be run once a human approved it.
+type ToolCall struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
+	// +required
+	Spec ToolCallSpec `json:"spec"`
+
+	// +optional
+	Status ToolCallStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ToolCallList contains a list of ToolCall.
+type ToolCallList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ToolCall `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ToolCall{}, &ToolCallList{})
+}

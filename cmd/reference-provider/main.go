@@ -1,0 +1,302 @@
+// Command reference-provider runs the reference approvals provider and decides its requests.
+//
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--tls-cert crt --tls-key key]
+//	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
+//	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/stdr"
+
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+)
+
+const usage = `usage: reference-provider <command> [flags]
+
+commands:
+  serve   run the provider
+  list    list requests (pending by default)
+  decide  approve or deny a pending request
+
+Run "reference-provider <command> -h" for the flags of a command.
+`
+
+// maxResponseBytes bounds what the admin commands read from the provider.
+const maxResponseBytes = 16 << 20
+
+func main() {
+	err := run(os.Args[1:], os.Stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "reference-provider:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return errors.New("no command")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:])
+	case "list":
+		return list(args[1:], stdout)
+	case "decide":
+		return decide(args[1:], stdout)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8085", "address to listen on")
+	db := fs.String("db", "reference-provider.db", "bbolt file holding requests and idempotency keys")
+	credentialFile := fs.String("credential-file", "", "file holding the bearer credential of the provider API (required)")
+	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API (default: the provider API's)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
+	tlsKey := fs.String("tls-key", "", "PEM private key file")
+	minTimeout := fs.Duration("min-timeout", time.Second, "smallest timeout a submission may request")
+	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest timeout a submission may request")
+	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	credential, err := readCredential(*credentialFile)
+	if err != nil {
+		return err
+	}
+	var adminCredential string
+	if *adminCredentialFile != "" {
+		if adminCredential, err = readCredential(*adminCredentialFile); err != nil {
+			return err
+		}
+	}
+
+	srv, err := reference.New(reference.Options{
+		DBPath:                  *db,
+		Credential:              credential,
+		AdminCredential:         adminCredential,
+		MinTimeout:              *minTimeout,
+		MaxTimeout:              *maxTimeout,
+		DefaultApprovalValidity: *validity,
+		Logger:                  stdr.New(log.New(os.Stdout, "", log.LstdFlags|log.LUTC)),
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := start(srv, *listen, *tlsCert, *tlsKey); err != nil {
+		return errors.Join(err, srv.Close())
+	}
+	<-ctx.Done()
+	return srv.Close()
+}
+
+func start(srv *reference.Server, listen, certFile, keyFile string) error {
+	if certFile == "" {
+		_, err := srv.Start(listen)
+		return err
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return fmt.Errorf("loading the TLS key pair: %w", err)
+	}
+	_, err = srv.StartTLS(listen, cert)
+	return err
+}
+
+func list(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	conn := connectionFlags(fs)
+	status := fs.String("status", provider.StatusPending, `requests to list by status; "" for all`)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	var reqs []provider.Request
+	if err := c.call(http.MethodGet, "/admin/v1/requests?"+url.Values{"status": {*status}}.Encode(), nil, &reqs); err != nil {
+		return err
+	}
+	return printTable(stdout, reqs)
+}
+
+func printTable(w io.Writer, reqs []provider.Request) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tDEADLINE\tARGUMENTS")
+	for _, r := range reqs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tool, r.Status, r.DeadlineAt.Format(time.RFC3339), r.Arguments)
+	}
+	return tw.Flush()
+}
+
+func decide(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("decide", flag.ContinueOnError)
+	conn := connectionFlags(fs)
+	id := fs.String("id", "", "id of the request to decide (required)")
+	approve := fs.Bool("approve", false, "approve the request")
+	deny := fs.Bool("deny", false, "deny the request")
+	note := fs.String("note", "", "note for the agent and the audit trail")
+	validFor := fs.String("valid-for", "", "how long an approval is valid (default: the provider's)")
+	expiresAt := fs.String("expires-at", "", "RFC 3339 time an approval stops being valid; overrides --valid-for")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *id == "" || *approve == *deny {
+		return errors.New("decide needs --id and exactly one of --approve and --deny")
+	}
+	body := map[string]string{"status": provider.StatusDenied, "note": *note}
+	if *approve {
+		body["status"] = provider.StatusApproved
+		body["valid_for"] = *validFor
+		body["expires_at"] = *expiresAt
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	var req provider.Request
+	if err := c.call(http.MethodPost, "/admin/v1/requests/"+url.PathEscape(*id)+"/decide", dropEmpty(body), &req); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(req, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, string(out))
+	return err
+}
+
+func dropEmpty(m map[string]string) map[string]string {
+	for k, v := range m {
+		if v == "" {
+			delete(m, k)
+		}
+	}
+	return m
+}
+
+type connection struct {
+	url, credentialFile, caFile *string
+}
+
+func connectionFlags(fs *flag.FlagSet) connection {
+	return connection{
+		url:            fs.String("url", "http://127.0.0.1:8085", "base URL of the provider"),
+		credentialFile: fs.String("credential-file", "", "file holding the admin bearer credential (required)"),
+		caFile:         fs.String("ca-file", "", "PEM file of the CA that signed the provider's certificate (default: system roots)"),
+	}
+}
+
+// adminClient calls the provider's admin API.
+type adminClient struct {
+	base, credential string
+	http             *http.Client
+}
+
+func (c connection) client() (*adminClient, error) {
+	credential, err := readCredential(*c.credentialFile)
+	if err != nil {
+		return nil, err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	if *c.caFile != "" {
+		pem, err := os.ReadFile(*c.caFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", *c.caFile)
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &adminClient{
+		base:       strings.TrimSuffix(*c.url, "/"),
+		credential: credential,
+		http:       &http.Client{Transport: transport, Timeout: 30 * time.Second},
+	}, nil
+}
+
+// call sends body (if any) as JSON and decodes a 2xx response into out, or returns the problem.
+func (c *adminClient) call(method, path string, body, out any) error {
+	var reader io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		reader = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, c.base+path, reader)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.credential)
+	req.Header.Set("Content-Type", provider.ContentTypeJSON)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var p provider.Problem
+		if json.Unmarshal(data, &p) == nil && p.Code != "" {
+			return fmt.Errorf("%s %s: %s: %s", method, path, p.Code, p.Detail)
+		}
+		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	return json.Unmarshal(data, out)
+}
+
+func readCredential(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("--credential-file is required")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the credential: %w", err)
+	}
+	credential := strings.TrimSpace(string(data))
+	if credential == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return credential, nil
+}

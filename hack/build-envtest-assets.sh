@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the control-plane binaries envtest needs (kube-apiserver, etcd) from the Go module proxy,
+# at pinned versions, into bin/k8s/<version>/. Cached: a second run with the binaries present is a no-op.
+#
+#   hack/build-envtest-assets.sh            # kube-apiserver + etcd
+#   hack/build-envtest-assets.sh --with-kcm # also kube-controller-manager (used by `make dev`)
+#
+# Prints the assets directory on its last line (suitable for KUBEBUILDER_ASSETS).
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"     # k8s.io/kubernetes
+STAGING_VERSION="${STAGING_VERSION:-v0.37.2}" # matching k8s.io/* staging modules
+ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"        # the etcd k8s.io/kubernetes itself pins
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${root}/bin/k8s/${KUBE_VERSION#v}-linux-amd64"
+mkdir -p "${out}"
+
+with_kcm=false
+[[ "${1:-}" == "--with-kcm" ]] && with_kcm=true
+
+log() { echo "build-envtest-assets: $*" >&2; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "${work}"' EXIT
+
+build_kube() { # $@: commands under k8s.io/kubernetes/cmd to build
+  local mod="${work}/kube"
+  mkdir -p "${mod}"
+  local kmod
+  kmod="$(cd "${work}" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+  {
+    echo "module toolgate.dev/hack/kube"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
+    echo
+    echo "require k8s.io/kubernetes ${KUBE_VERSION}"
+    echo
+    echo "replace ("
+    # every staging module k8s.io/kubernetes replaces locally goes to the published release instead
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"${STAGING_VERSION}"'#p' "${kmod}"
+    echo ")"
+  } > "${mod}/go.mod"
+  {
+    echo "//go:build tools"
+    echo "package tools"
+    echo "import ("
+    for c in "$@"; do echo "	_ \"k8s.io/kubernetes/cmd/${c}/app\""; done
+    echo ")"
+  } > "${mod}/tools.go"
+  (cd "${mod}" && go mod tidy >&2)
+  for c in "$@"; do
+    log "building ${c} ${KUBE_VERSION} (several minutes on 2 cores)"
+    (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/${c}" "k8s.io/kubernetes/cmd/${c}")
+  done
+}
+
+build_etcd() {
+  local mod="${work}/etcd"
+  mkdir -p "${mod}"
+  cat > "${mod}/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  cat > "${mod}/go.mod" <<GOMOD
+module toolgate.dev/hack/etcd
+
+go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')
+
+require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
+GOMOD
+  (cd "${mod}" && go mod tidy >&2)
+  log "building etcd ${ETCD_VERSION}"
+  (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/etcd" .)
+}
+
+want=()
+[[ -x "${out}/kube-apiserver" ]] || want+=(kube-apiserver)
+${with_kcm} && { [[ -x "${out}/kube-controller-manager" ]] || want+=(kube-controller-manager); }
+if ((${#want[@]})); then build_kube "${want[@]}"; fi
+[[ -x "${out}/etcd" ]] || build_etcd
+log "assets ready in ${out}"
+echo "${out}"

@@ -1,0 +1,362 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client is the provider API as the controller uses it. Every call is idempotent: Submit is keyed by
+// the caller's idempotency key, Wait only reads, Cancel of a cancelled request succeeds again.
+type Client interface {
+	// Submit creates the approval request, or returns the one already created for the same key.
+	Submit(ctx context.Context, s Submission) (*Request, error)
+	// Wait long-polls the request for up to wait and returns its current state (which may be pending).
+	Wait(ctx context.Context, ref Ref, wait time.Duration) (*Request, error)
+	// Cancel cancels a pending request. A request decided meanwhile is returned as it is, with no error.
+	Cancel(ctx context.Context, ref Ref) (*Request, error)
+}
+
+// Submission is what Submit sends.
+type Submission struct {
+	IdempotencyKey string
+	Tool           string
+	Arguments      json.RawMessage
+	Timeout        time.Duration
+}
+
+// Ref returns what every response about this submission is checked against.
+func (s Submission) Ref() (Ref, error) {
+	sum, err := ArgumentsSHA256(s.Arguments)
+	if err != nil {
+		return Ref{}, err
+	}
+	return Ref{Tool: s.Tool, ArgumentsSHA256: sum}, nil
+}
+
+// Options configure an HTTPClient.
+type Options struct {
+	// BaseURL is the provider's base URL, e.g. https://approvals.example.com.
+	BaseURL string
+	// CredentialFile holds the instance credential (bearer token). Re-read when the provider answers 401.
+	CredentialFile string
+	// CAFile is a PEM bundle of CAs to trust instead of the system pool (optional).
+	CAFile string
+	// BackoffBase and BackoffCap bound the full-jitter backoff between attempts (defaults 500ms, 30s).
+	BackoffBase, BackoffCap time.Duration
+	// MaxAttempts bounds attempts per call; 0 retries until the context ends.
+	MaxAttempts int
+	// RequestTimeout bounds one non-polling HTTP attempt (default 30s). A long poll gets wait+10s.
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds how much of a response body is read (default 1 MiB).
+	MaxBodyBytes int64
+	// MaxConnsPerHost bounds connections to the provider (default 0: unbounded, as long polls each hold one).
+	MaxConnsPerHost int
+	// OnError, when set, is told about every failed attempt (for metrics).
+	OnError func(op, code string)
+	// Transport overrides the HTTP transport (tests).
+	Transport http.RoundTripper
+}
+
+// HTTPClient implements Client over the provider's HTTP API.
+type HTTPClient struct {
+	base *url.URL
+	http *http.Client
+	opts Options
+
+	credMu sync.RWMutex
+	cred   string
+}
+
+var _ Client = (*HTTPClient)(nil)
+
+// NewHTTPClient returns a client for the provider at opts.BaseURL.
+func NewHTTPClient(opts Options) (*HTTPClient, error) {
+	base, err := url.Parse(strings.TrimRight(opts.BaseURL, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("provider URL %q must be an absolute http(s) URL such as https://approvals.example.com", opts.BaseURL)
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = 500 * time.Millisecond
+	}
+	if opts.BackoffCap <= 0 {
+		opts.BackoffCap = 30 * time.Second
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 30 * time.Second
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	c := &HTTPClient{base: base, opts: opts}
+	if err := c.reloadCredential(); err != nil {
+		return nil, err
+	}
+	rt := opts.Transport
+	if rt == nil {
+		tr, err := newTransport(opts)
+		if err != nil {
+			return nil, err
+		}
+		rt = tr
+	}
+	c.http = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c, nil
+}
+
+func newTransport(opts Options) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 0
+	tr.MaxIdleConnsPerHost = 1024
+	tr.MaxConnsPerHost = opts.MaxConnsPerHost
+	tr.IdleConnTimeout = 90 * time.Second
+	if opts.CAFile != "" {
+		pem, err := os.ReadFile(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading provider CA file %s: %w", opts.CAFile, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("provider CA file %s holds no PEM certificate", opts.CAFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return tr, nil
+}
+
+func (c *HTTPClient) reloadCredential() error {
+	if c.opts.CredentialFile == "" {
+		return fmt.Errorf("a provider credential file is required (--provider-credential-file)")
+	}
+	b, err := os.ReadFile(c.opts.CredentialFile)
+	if err != nil {
+		return fmt.Errorf("reading provider credential file %s: %w", c.opts.CredentialFile, err)
+	}
+	cred := strings.TrimSpace(string(b))
+	if cred == "" {
+		return fmt.Errorf("provider credential file %s is empty", c.opts.CredentialFile)
+	}
+	c.credMu.Lock()
+	c.cred = cred
+	c.credMu.Unlock()
+	return nil
+}
+
+func (c *HTTPClient) credential() string {
+	c.credMu.RLock()
+	defer c.credMu.RUnlock()
+	return c.cred
+}
+
+// Submit implements Client.
+func (c *HTTPClient) Submit(ctx context.Context, s Submission) (*Request, error) {
+	ref, err := s.Ref()
+	if err != nil {
+		return nil, &Error{Op: "submit", Code: CodeInvalidRequest, Detail: "arguments are not canonical JSON", Err: err}
+	}
+	body, err := json.Marshal(SubmitBody{Tool: s.Tool, Arguments: s.Arguments, Timeout: FormatTimeout(s.Timeout)})
+	if err != nil {
+		return nil, &Error{Op: "submit", Code: CodeInvalidRequest, Err: err}
+	}
+	return c.do(ctx, call{op: "submit", method: http.MethodPost, path: "/v1/requests", body: body, key: s.IdempotencyKey, ref: ref})
+}
+
+// Wait implements Client.
+func (c *HTTPClient) Wait(ctx context.Context, ref Ref, wait time.Duration) (*Request, error) {
+	path := "/v1/requests/" + url.PathEscape(ref.ID)
+	if wait > 0 {
+		path += "?wait=" + url.QueryEscape(FormatTimeout(wait))
+	}
+	return c.do(ctx, call{op: "wait", method: http.MethodGet, path: path, ref: ref, timeout: wait + 10*time.Second})
+}
+
+// Cancel implements Client.
+func (c *HTTPClient) Cancel(ctx context.Context, ref Ref) (*Request, error) {
+	return c.do(ctx, call{op: "cancel", method: http.MethodPost, path: "/v1/requests/" + url.PathEscape(ref.ID) + "/cancel", ref: ref})
+}
+
+type call struct {
+	op, method, path string
+	body             []byte
+	key              string
+	ref              Ref
+	timeout          time.Duration
+}
+
+// do runs a call with retries: full-jitter exponential backoff with Retry-After as a floor, until
+// the call succeeds, fails with a non-retryable error, MaxAttempts is reached or ctx ends.
+func (c *HTTPClient) do(ctx context.Context, cl call) (*Request, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := c.attempt(ctx, cl)
+		if err == nil {
+			return req, nil
+		}
+		var pe *Error
+		if !errors.As(err, &pe) {
+			pe = &Error{Op: cl.op, Code: CodeNetwork, Retryable: true, Err: err}
+		}
+		if c.opts.OnError != nil {
+			c.opts.OnError(cl.op, pe.Code)
+		}
+		if pe.Code == CodeUnauthenticated && attempt == 0 {
+			// A rotated Secret: read the credential again and repeat once.
+			if rerr := c.reloadCredential(); rerr == nil {
+				continue
+			}
+		}
+		if !pe.Retryable || (c.opts.MaxAttempts > 0 && attempt+1 >= c.opts.MaxAttempts) {
+			return nil, pe
+		}
+		delay := fullJitter(c.opts.BackoffBase, c.opts.BackoffCap, attempt)
+		if pe.RetryAfter > delay {
+			delay = pe.RetryAfter
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, pe
+		case <-t.C:
+		}
+	}
+}
+
+// fullJitter returns a random delay in [0, min(cap, base*2^attempt)).
+func fullJitter(base, ceiling time.Duration, attempt int) time.Duration {
+	d := ceiling
+	if attempt < 32 {
+		if exp := base << attempt; exp > 0 && exp < ceiling {
+			d = exp
+		}
+	}
+	return rand.N(d) + 1
+}
+
+func (c *HTTPClient) attempt(ctx context.Context, cl call) (*Request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: cl.op, Code: CodeTimeout, Detail: "gave up waiting for the provider", Err: err}
+	}
+	timeout := cl.timeout
+	if timeout <= 0 {
+		timeout = c.opts.RequestTimeout
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	hreq, err := http.NewRequestWithContext(actx, cl.method, c.base.String()+cl.path, body)
+	if err != nil {
+		return nil, &Error{Op: cl.op, Code: CodeInvalidRequest, Err: err}
+	}
+	hreq.Header.Set("Authorization", "Bearer "+c.credential())
+	hreq.Header.Set("Accept", ContentTypeJSON+", "+ContentTypeProblemJSON)
+	if cl.body != nil {
+		hreq.Header.Set("Content-Type", ContentTypeJSON)
+	}
+	if cl.key != "" {
+		hreq.Header.Set(HeaderIdempotencyKey, cl.key)
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		code := CodeNetwork
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			code = CodeTimeout
+		}
+		// The transport error text can carry the URL but never the Authorization header.
+		return nil, &Error{Op: cl.op, Code: code, Retryable: true, Err: err}
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, c.opts.MaxBodyBytes+1))
+	if err != nil {
+		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeNetwork, Retryable: true, Err: err}
+	}
+	if int64(len(data)) > c.opts.MaxBodyBytes {
+		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes)}
+	}
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
+		return c.trusted(cl, data, resp.StatusCode)
+	}
+	return c.problem(cl, resp, data)
+}
+
+// trusted decodes a success body and refuses it unless it is about the submitted request.
+func (c *HTTPClient) trusted(cl call, data []byte, status int) (*Request, error) {
+	r, err := DecodeRequest(data)
+	if err != nil {
+		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeMalformed, Detail: err.Error()}
+	}
+	if err := cl.ref.Matches(r); err != nil {
+		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeUntrusted, Detail: err.Error()}
+	}
+	return r, nil
+}
+
+func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte) (*Request, error) {
+	var p Problem
+	_ = json.Unmarshal(data, &p) // a non-problem body still yields a useful status-based error
+	code := p.Code
+	if code == "" {
+		code = CodeHTTPStatus
+	}
+	// Cancel of a request decided meanwhile: the body holds the current request.
+	if cl.op == "cancel" && resp.StatusCode == http.StatusConflict && code == CodeAlreadyDecided {
+		if p.Request == nil {
+			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: "already_decided without the current request"}
+		}
+		if err := checkWellFormed(p.Request); err != nil {
+			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: err.Error()}
+		}
+		if err := cl.ref.Matches(p.Request); err != nil {
+			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeUntrusted, Detail: err.Error()}
+		}
+		return p.Request, nil
+	}
+	detail := p.Detail
+	if detail == "" {
+		detail = p.Title
+	}
+	if detail == "" {
+		detail = http.StatusText(resp.StatusCode)
+	}
+	return nil, &Error{
+		Op: cl.op, StatusCode: resp.StatusCode, Code: code, Detail: detail,
+		Retryable:  retryableStatus(resp.StatusCode, code),
+		RetryAfter: retryAfter(resp.Header.Get("Retry-After")),
+	}
+}
+
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := time.Until(t); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

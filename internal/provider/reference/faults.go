@@ -1,0 +1,245 @@
+package reference
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Operation names a call of the provider API, as fault rules and Stats refer to it.
+type Operation string
+
+// Operations.
+const (
+	OpSubmit Operation = "submit" // POST /v1/requests
+	OpGet    Operation = "get"    // GET /v1/requests/{id}
+	OpCancel Operation = "cancel" // POST /v1/requests/{id}/cancel
+	OpAny    Operation = "any"    // matches submit, get and cancel
+)
+
+// FaultKind is what a fault rule does to a call it fires on.
+type FaultKind string
+
+// Fault kinds.
+const (
+	// FaultError5xx answers with a problem+json 5xx (FaultRule.Status, default 503) without doing the operation.
+	FaultError5xx FaultKind = "error5xx"
+	// FaultDropAfterCommit performs the operation and commits it, then closes the connection without a response.
+	FaultDropAfterCommit FaultKind = "drop_after_commit"
+	// FaultDelay waits FaultRule.Delay before performing the operation. If the client goes away first, the
+	// operation is not performed. A delayed submission holds its Idempotency-Key meanwhile, so a concurrent
+	// submission with the same key gets 409 idempotency_in_flight.
+	FaultDelay FaultKind = "delay"
+	// FaultReset resets the TCP connection (RST) without doing the operation.
+	FaultReset FaultKind = "reset"
+	// FaultRateLimit answers 429 rate_limited with Retry-After (FaultRule.RetryAfter, in whole seconds, rounded up).
+	FaultRateLimit FaultKind = "rate_limit"
+)
+
+// FaultRule injects a fault into matching calls. A rule fires on a matching call with probability
+// Probability (drawn from the seeded source of the Faults), or on every matching call if Probability is 0;
+// Count, if positive, is how many more times it fires before it is removed. At least one of Probability
+// and Count must be set. Rules are tried in order and at most one fires per call.
+//
+// In JSON, Delay and RetryAfter are Go duration strings: {"op":"submit","kind":"delay","delay":"2s","count":1}.
+type FaultRule struct {
+	Op          Operation     // submit, get, cancel or any (the default)
+	Kind        FaultKind     // what the fault does
+	Probability float64       // in [0, 1]; 0 means every matching call
+	Count       int           // fires this many more times, then the rule is removed; 0 means unlimited
+	Status      int           // error5xx: the HTTP status, 500-599 (default 503)
+	Delay       time.Duration // delay: how long to wait before the operation
+	RetryAfter  time.Duration // rate_limit: the Retry-After value; error5xx: sent if positive
+}
+
+type faultRuleJSON struct {
+	Op          Operation `json:"op,omitempty"`
+	Kind        FaultKind `json:"kind"`
+	Probability float64   `json:"probability,omitempty"`
+	Count       int       `json:"count,omitempty"`
+	Status      int       `json:"status,omitempty"`
+	Delay       string    `json:"delay,omitempty"`
+	RetryAfter  string    `json:"retry_after,omitempty"`
+}
+
+// MarshalJSON renders the rule with durations as Go duration strings.
+func (r FaultRule) MarshalJSON() ([]byte, error) {
+	return json.Marshal(faultRuleJSON{
+		Op: r.Op, Kind: r.Kind, Probability: r.Probability, Count: r.Count, Status: r.Status,
+		Delay: formatDuration(r.Delay), RetryAfter: formatDuration(r.RetryAfter),
+	})
+}
+
+// UnmarshalJSON reads a rule whose durations are Go duration strings.
+func (r *FaultRule) UnmarshalJSON(data []byte) error {
+	var j faultRuleJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	delay, err := parseOptionalDuration("delay", j.Delay)
+	if err != nil {
+		return err
+	}
+	retryAfter, err := parseOptionalDuration("retry_after", j.RetryAfter)
+	if err != nil {
+		return err
+	}
+	*r = FaultRule{
+		Op: j.Op, Kind: j.Kind, Probability: j.Probability, Count: j.Count, Status: j.Status,
+		Delay: delay, RetryAfter: retryAfter,
+	}
+	return nil
+}
+
+func formatDuration(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+func parseOptionalDuration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", field, err)
+	}
+	return d, nil
+}
+
+// normalised validates the rule and fills in its defaults.
+func (r FaultRule) normalised() (FaultRule, error) {
+	if r.Op == "" {
+		r.Op = OpAny
+	}
+	switch r.Op {
+	case OpSubmit, OpGet, OpCancel, OpAny:
+	default:
+		return r, fmt.Errorf("unknown fault op %q", r.Op)
+	}
+	if r.Probability < 0 || r.Probability > 1 {
+		return r, fmt.Errorf("fault probability %v is outside [0, 1]", r.Probability)
+	}
+	if r.Count < 0 {
+		return r, fmt.Errorf("fault count %d is negative", r.Count)
+	}
+	if r.Probability == 0 && r.Count == 0 {
+		return r, fmt.Errorf("a fault rule needs a probability or a count")
+	}
+	if r.RetryAfter < 0 {
+		return r, fmt.Errorf("fault retry_after %v is negative", r.RetryAfter)
+	}
+	switch r.Kind {
+	case FaultError5xx:
+		if r.Status == 0 {
+			r.Status = 503
+		}
+		if r.Status < 500 || r.Status > 599 {
+			return r, fmt.Errorf("error5xx status %d is not a 5xx", r.Status)
+		}
+	case FaultDelay:
+		if r.Delay <= 0 {
+			return r, fmt.Errorf("a delay fault needs a positive delay")
+		}
+	case FaultDropAfterCommit, FaultReset, FaultRateLimit:
+	default:
+		return r, fmt.Errorf("unknown fault kind %q", r.Kind)
+	}
+	return r, nil
+}
+
+func (r FaultRule) matches(op Operation) bool { return r.Op == OpAny || r.Op == op }
+
+// Faults is the set of active fault rules of a Server. It is safe for concurrent use.
+type Faults struct {
+	mu    sync.Mutex
+	rules []FaultRule
+	rng   *rand.Rand
+}
+
+func newFaults(seed uint64) *Faults {
+	return &Faults{rng: newRand(seed)}
+}
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// Set replaces the active rules. On error the active rules are left unchanged.
+func (f *Faults) Set(rules ...FaultRule) error {
+	valid, err := normaliseAll(rules)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = valid
+	return nil
+}
+
+// Add appends rules after the active ones. On error no rule is added.
+func (f *Faults) Add(rules ...FaultRule) error {
+	valid, err := normaliseAll(rules)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = append(f.rules, valid...)
+	return nil
+}
+
+// Clear removes every rule.
+func (f *Faults) Clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rules = nil
+}
+
+// Rules returns the active rules, with their remaining counts.
+func (f *Faults) Rules() []FaultRule {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.rules)
+}
+
+// Seed reseeds the source that probabilistic rules draw from.
+func (f *Faults) Seed(seed uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rng = newRand(seed)
+}
+
+// fire returns the rule that fires on a call of op, if any, and consumes one of its count.
+func (f *Faults) fire(op Operation) (FaultRule, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range f.rules {
+		if !r.matches(op) || (r.Probability > 0 && f.rng.Float64() >= r.Probability) {
+			continue
+		}
+		if r.Count > 0 {
+			f.rules[i].Count--
+			if f.rules[i].Count == 0 {
+				f.rules = slices.Delete(f.rules, i, i+1)
+			}
+		}
+		return r, true
+	}
+	return FaultRule{}, false
+}
+
+func normaliseAll(rules []FaultRule) ([]FaultRule, error) {
+	valid := make([]FaultRule, 0, len(rules))
+	for _, r := range rules {
+		n, err := r.normalised()
+		if err != nil {
+			return nil, err
+		}
+		valid = append(valid, n)
+	}
+	return valid, nil
+}

@@ -1,0 +1,238 @@
+// Package reference is a complete approvals provider that speaks Toolgate's provider HTTP API. It stores
+// requests and idempotency keys in bbolt, decides requests through an admin API (or Go methods), and
+// injects faults on demand, so that it serves both as a local provider and as the test double against
+// which the client's behaviour under failures is checked.
+package reference
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+)
+
+// Options configure a Server. Zero values take the documented defaults.
+type Options struct {
+	// DBPath is the bbolt file holding requests and idempotency keys. Empty means a temporary file that
+	// Close removes.
+	DBPath string
+	// Credential is the bearer token every provider API call must present. Required.
+	Credential string
+	// AdminCredential is the bearer token of the admin API. Empty means Credential.
+	AdminCredential string
+	// Clock stamps created_at, deadlines and decisions, and fires deadline expiry. Default: the real clock.
+	// Long-poll waits and fault delays are always measured in real time.
+	Clock clock.WithDelayedExecution
+	// MinTimeout and MaxTimeout bound a submission's timeout. Defaults: 1s and 24h.
+	MinTimeout time.Duration
+	MaxTimeout time.Duration
+	// DefaultApprovalValidity is how long an approval stays valid when the decision does not say.
+	// Default: 5m.
+	DefaultApprovalValidity time.Duration
+	// FaultSeed seeds the source that probabilistic fault rules draw from.
+	FaultSeed uint64
+	// Logger receives one line per state change. The credentials are never logged. Default: discard.
+	Logger logr.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.MinTimeout <= 0 {
+		o.MinTimeout = time.Second
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = 24 * time.Hour
+	}
+	if o.DefaultApprovalValidity <= 0 {
+		o.DefaultApprovalValidity = 5 * time.Minute
+	}
+	if o.AdminCredential == "" {
+		o.AdminCredential = o.Credential
+	}
+	return o
+}
+
+// Server is the reference approvals provider. Its methods are safe for concurrent use.
+type Server struct {
+	opts       Options
+	clock      clock.WithDelayedExecution
+	log        logr.Logger
+	store      *store
+	tempDir    string
+	credential [sha256.Size]byte
+	admin      [sha256.Size]byte
+	faults     *Faults
+	stats      statsRecorder
+	handler    http.Handler
+	done       chan struct{} // closed by Close: long polls and delays return
+
+	mu       sync.Mutex // serialises state changes; guards the fields below
+	pending  map[string]*watch
+	inflight map[string]bool
+	closed   bool
+
+	httpMu  sync.Mutex
+	httpSrv *http.Server
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens (or creates) the store and returns a Server that is not yet listening: call Start or StartTLS,
+// or mount Handler. Pending requests found in the store resume their deadlines.
+func New(opts Options) (*Server, error) {
+	if opts.Credential == "" {
+		return nil, errors.New("reference provider: a credential is required")
+	}
+	opts = opts.withDefaults()
+	if opts.MinTimeout > opts.MaxTimeout {
+		return nil, fmt.Errorf("reference provider: MinTimeout %v exceeds MaxTimeout %v", opts.MinTimeout, opts.MaxTimeout)
+	}
+	path, tempDir, err := dbPath(opts.DBPath)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(path, tempDir != "")
+	if err != nil {
+		return nil, errors.Join(err, removeAll(tempDir))
+	}
+	s := &Server{
+		opts:       opts,
+		clock:      opts.Clock,
+		log:        opts.Logger,
+		store:      st,
+		tempDir:    tempDir,
+		credential: sha256.Sum256([]byte(opts.Credential)),
+		admin:      sha256.Sum256([]byte(opts.AdminCredential)),
+		faults:     newFaults(opts.FaultSeed),
+		done:       make(chan struct{}),
+		pending:    map[string]*watch{},
+		inflight:   map[string]bool{},
+	}
+	if err := s.resume(); err != nil {
+		return nil, errors.Join(err, st.close(), removeAll(tempDir))
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+func dbPath(path string) (file, tempDir string, err error) {
+	if path != "" {
+		return path, "", nil
+	}
+	tempDir, err = os.MkdirTemp("", "reference-provider-")
+	if err != nil {
+		return "", "", fmt.Errorf("reference provider: %w", err)
+	}
+	return filepath.Join(tempDir, "provider.db"), tempDir, nil
+}
+
+func removeAll(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	return os.RemoveAll(dir)
+}
+
+// Handler returns the HTTP handler of the provider and admin APIs.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Faults returns the server's fault rules, to change at runtime.
+func (s *Server) Faults() *Faults { return s.faults }
+
+// Stats returns a snapshot of the server's counters.
+func (s *Server) Stats() Stats { return s.stats.snapshot() }
+
+// ResetStats zeroes the counters (the gauges Waiting and InFlight keep their values).
+func (s *Server) ResetStats() { s.stats.reset() }
+
+// Start listens on addr (e.g. "127.0.0.1:0") and serves plain HTTP in the background. It returns the base
+// URL, e.g. "http://127.0.0.1:41234".
+func (s *Server) Start(addr string) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("reference provider: %w", err)
+	}
+	return s.serve(ln, "http")
+}
+
+// StartTLS is Start over TLS with the given certificate. It serves HTTP/1.1 only, so that every fault can
+// act on the connection.
+func (s *Server) StartTLS(addr string, cert tls.Certificate) (string, error) {
+	ln, err := tls.Listen("tcp", addr, &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"http/1.1"},
+	})
+	if err != nil {
+		return "", fmt.Errorf("reference provider: %w", err)
+	}
+	return s.serve(ln, "https")
+}
+
+func (s *Server) serve(ln net.Listener, scheme string) (string, error) {
+	s.httpMu.Lock()
+	defer s.httpMu.Unlock()
+	if s.httpSrv != nil {
+		return "", errors.Join(errors.New("reference provider: already started"), ln.Close())
+	}
+	select {
+	case <-s.done:
+		return "", errors.Join(errors.New("reference provider: closed"), ln.Close())
+	default:
+	}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = srv
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error(err, "serving stopped")
+		}
+	}()
+	url := scheme + "://" + ln.Addr().String()
+	s.log.Info("serving", "url", url)
+	return url, nil
+}
+
+// Close stops serving (long polls in progress return their current request), stops the deadline timers
+// and closes the store, removing it if it was temporary. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		errs := []error{s.shutdownHTTP()}
+		s.mu.Lock()
+		s.closed = true
+		for _, w := range s.pending {
+			w.timer.Stop()
+		}
+		s.mu.Unlock()
+		errs = append(errs, s.store.close(), removeAll(s.tempDir))
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+func (s *Server) shutdownHTTP() error {
+	s.httpMu.Lock()
+	defer s.httpMu.Unlock()
+	if s.httpSrv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.httpSrv.Shutdown(ctx); err != nil {
+		return errors.Join(err, s.httpSrv.Close())
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Ref identifies a submitted request and what was submitted, so every response about it can be
+// checked: a response whose id, tool or arguments hash differs is refused.
+type Ref struct {
+	ID              string
+	Tool            string
+	ArgumentsSHA256 string
+}
+
+// DecodeRequest parses a provider response body into a Request and checks it is well formed: a
+// known status, a decision consistent with it, and an approval that says until when it is valid.
+func DecodeRequest(body []byte) (*Request, error) {
+	var r Request
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("response is not a request: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("response has trailing data after the request")
+	}
+	if err := checkWellFormed(&r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func checkWellFormed(r *Request) error {
+	if r.ID == "" {
+		return fmt.Errorf("response has no id")
+	}
+	switch r.Status {
+	case StatusPending:
+		return nil
+	case StatusApproved:
+		if r.Decision == nil || r.Decision.Status != StatusApproved {
+			return fmt.Errorf("request %q is approved but carries no approved decision", r.ID)
+		}
+		if r.Decision.ExpiresAt == nil || r.Decision.ExpiresAt.IsZero() {
+			return fmt.Errorf("request %q is approved without decision.expires_at", r.ID)
+		}
+		return nil
+	case StatusDenied, StatusExpired, StatusCancelled:
+		if r.Decision != nil && r.Decision.Status != "" && r.Decision.Status != r.Status {
+			return fmt.Errorf("request %q has status %q but decision.status %q", r.ID, r.Status, r.Decision.Status)
+		}
+		return nil
+	case "":
+		return fmt.Errorf("request %q has no status", r.ID)
+	default:
+		return fmt.Errorf("request %q has unknown status %q", r.ID, r.Status)
+	}
+}
+
+// Matches checks that a response is about the submitted request: same id (when known), tool and
+// arguments hash.
+func (ref Ref) Matches(r *Request) error {
+	if ref.ID != "" && r.ID != ref.ID {
+		return fmt.Errorf("response is about request %q, not %q", r.ID, ref.ID)
+	}
+	if r.Tool != ref.Tool {
+		return fmt.Errorf("response names tool %q, not the submitted %q", r.Tool, ref.Tool)
+	}
+	if r.ArgumentsSHA256 != ref.ArgumentsSHA256 {
+		return fmt.Errorf("response arguments_sha256 %q differs from the submitted arguments' %q", r.ArgumentsSHA256, ref.ArgumentsSHA256)
+	}
+	return nil
+}
