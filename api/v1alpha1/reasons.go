@@ -45,3 +45,20 @@ const (
 	ReasonCancelRequested     = "CancelRequested"
 	ReasonCancelFailed        = "CancelFailed"
 )
+
+// More reasons.
+const (
+	ReasonRequestLost = "ApprovalRequestLost"
+	ReasonJobMissing  = "JobMissing"
+	ReasonJobRefused  = "JobRefused"
+)
+
+// Annotations the controller writes when it accepts a ToolCall (with its finalizer, before the first
+// submission). They fix the ToolCall's timing and its approval request body for the rest of its life,
+// so that a submission repeated after a crash is an exact replay.
+const (
+	// AnnotationExecutionTimeout is the Tool's executionTimeout at acceptance.
+	AnnotationExecutionTimeout = "toolgate.dev/execution-timeout"
+	// AnnotationApprovalTimeout is the approval timeout requested from the provider.
+	AnnotationApprovalTimeout = "toolgate.dev/approval-timeout"
+)

@@ -41,22 +41,25 @@ func (t Timing) ResultDeadline(w Window) time.Time {
 	return w.Created.Add(w.WaitingLimit - t.ReturnMargin)
 }
 
-// RequestedTimeout returns the approval timeout to request. An explicit timeout must satisfy
-// timeout + finalStateMargin <= limit - now; the default is the largest whole-second timeout that
-// fits, computed from the creation time so that a repeated submission sends the same body.
-func (t Timing) RequestedTimeout(w Window, explicit *time.Duration, now time.Time) (time.Duration, error) {
-	limit := t.ApprovalLimit(w)
-	timeout := limit.Sub(w.Created) - t.FinalStateMargin - t.SubmitAllowance
+// RequestedTimeout returns the approval timeout to request: the explicit one, or by default the
+// largest whole-second timeout that fits at now, leaving SubmitAllowance for the request to reach the
+// provider. The controller computes it once, when it accepts the ToolCall, and records it.
+func (t Timing) RequestedTimeout(w Window, explicit *time.Duration, now time.Time) time.Duration {
+	timeout := t.ApprovalLimit(w).Sub(now) - t.FinalStateMargin - t.SubmitAllowance
 	if explicit != nil {
 		timeout = *explicit
 	}
-	timeout = timeout.Truncate(time.Second)
-	left := limit.Sub(now)
+	return timeout.Truncate(time.Second)
+}
+
+// CheckFits checks timeout + finalStateMargin <= limit - now and explains the numbers when it does not.
+func (t Timing) CheckFits(w Window, timeout time.Duration, now time.Time) error {
+	left := t.ApprovalLimit(w).Sub(now)
 	if timeout < time.Second || timeout+t.FinalStateMargin > left {
-		return 0, fmt.Errorf("the approval timeout does not fit the waiting limit: timeout %s + final-state margin %s must be at most the %s left before the approval limit (waitingLimit %s - Tool executionTimeout %s - return margin %s, counted from creation); raise spec.waitingLimit or lower spec.timeout",
+		return fmt.Errorf("the approval timeout does not fit the waiting limit: timeout %s + final-state margin %s must be at most the %s left before the approval limit (waitingLimit %s - Tool executionTimeout %s - return margin %s, counted from creation); raise spec.waitingLimit or lower spec.timeout",
 			round(timeout), round(t.FinalStateMargin), round(left), round(w.WaitingLimit), round(w.ExecutionTimeout), round(t.ReturnMargin))
 	}
-	return timeout, nil
+	return nil
 }
 
 // PollUntil is when polling stops: the provider's deadline plus the final-state margin, never past

@@ -25,15 +25,16 @@ func TestRequestedTimeout(t *testing.T) {
 		{name: "explicit exactly fits", explicit: ptr.To(39*time.Minute + 35*time.Second), now: t0, want: 39*time.Minute + 35*time.Second},
 		{name: "explicit one second too long", explicit: ptr.To(39*time.Minute + 36*time.Second), now: t0, wantErr: "timeout 39m36s + final-state margin 15s must be at most the 39m50s left"},
 		{name: "explicit fits at creation but not later", explicit: ptr.To(30 * time.Minute), now: t0.Add(10 * time.Minute), wantErr: "at most the 29m50s left"},
-		{name: "default is largest that fits, from creation", now: t0.Add(2 * time.Second), want: 39*time.Minute + 30*time.Second},
-		{name: "default is the same whenever computed", now: t0.Add(4 * time.Second), want: 39*time.Minute + 30*time.Second},
-		{name: "default no longer fits after a long delay", now: t0.Add(time.Minute), wantErr: "does not fit"},
+		{name: "default is the largest that fits", now: t0, want: 39*time.Minute + 30*time.Second},
+		{name: "default shrinks with the time already spent", now: t0.Add(10*time.Minute + 500*time.Millisecond), want: 29*time.Minute + 29*time.Second},
+		{name: "default when no room is left", now: t0.Add(39*time.Minute + 40*time.Second), wantErr: "does not fit"},
 		{name: "sub-second explicit truncated and refused", explicit: ptr.To(500 * time.Millisecond), now: t0, wantErr: "timeout 0s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			got, err := tm.RequestedTimeout(w, tc.explicit, tc.now)
+			got := tm.RequestedTimeout(w, tc.explicit, tc.now)
+			err := tm.CheckFits(w, got, tc.now)
 			if tc.wantErr != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
 				return
@@ -48,7 +49,8 @@ func TestRequestedTimeoutNoRoom(t *testing.T) {
 	g := NewWithT(t)
 	// A waiting limit shorter than the execution timeout leaves no room at all.
 	w := Window{Created: t0, WaitingLimit: 2 * time.Minute, ExecutionTimeout: 5 * time.Minute}
-	_, err := DefaultTiming().RequestedTimeout(w, nil, t0)
+	tm := DefaultTiming()
+	err := tm.CheckFits(w, tm.RequestedTimeout(w, nil, t0), t0)
 	g.Expect(err).To(MatchError(ContainSubstring("raise spec.waitingLimit or lower spec.timeout")))
 	g.Expect(err).To(MatchError(ContainSubstring("waitingLimit 2m0s - Tool executionTimeout 5m0s - return margin 10s")))
 }

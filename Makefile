@@ -1,0 +1,154 @@
+# Image used by docker-build and deploy.
+IMG ?= toolgate:latest
+
+# Flags appended to `go test` by the test target, e.g. make test GO_TEST_FLAGS='-run TestToolCall -v'.
+# Later flags win, so GO_TEST_FLAGS='-timeout 5m' overrides the default timeout.
+GO_TEST_FLAGS ?=
+# Flags appended to `go test` by the bench target.
+BENCH_FLAGS ?=
+
+# Tool binaries and build output live in bin/ (git-ignored).
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+# Generated kustomization used by deploy/undeploy to set the image.
+DEPLOY_OVERLAY ?= $(LOCALBIN)/deploy
+
+# Resolves KUBEBUILDER_ASSETS in the recipe's shell: an already-set value wins; otherwise the envtest
+# binaries are built (once; cached in bin/k8s/) by hack/build-envtest-assets.sh, which prints their directory.
+RESOLVE_ENVTEST_ASSETS = if [ -z "$${KUBEBUILDER_ASSETS:-}" ]; then KUBEBUILDER_ASSETS="$$(hack/build-envtest-assets.sh | tail -n 1)"; fi; export KUBEBUILDER_ASSETS
+
+# CONTAINER_TOOL defines the container tool to be used for building images.
+CONTAINER_TOOL ?= docker
+KUBECTL ?= kubectl
+
+# Setting SHELL to bash allows bash commands to be executed by recipes.
+# Options are set to exit when a recipe line exits non-zero or a piped command fails.
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+# The help target prints out all targets with their descriptions organized
+# beneath their categories. The categories are represented by '##@' and the
+# target descriptions by '##'. The awk command is responsible for reading the
+# entire set of makefiles included in this invocation, looking for lines of the
+# file as xyz: ## something, and then pretty-format the target and help. Then,
+# if there's a line with ##@ something, that gets pretty-printed as a category.
+# More info on the usage of ANSI control characters for terminal formatting:
+# https://en.wikipedia.org/wiki/ANSI_escape_code#SGR_parameters
+# More info on the awk command:
+# http://linuxcommand.org/lc3_adv_awk.php
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and the manager ClusterRole (config/rbac/role.yaml).
+	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy, DeepCopyInto and DeepCopyObject implementations.
+	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt" paths="./..."
+
+.PHONY: fmt
+fmt: ## Run go fmt against code.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet against code.
+	go vet ./...
+
+.PHONY: test
+test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest; builds controller-gen and the envtest binaries on first use.
+	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
+	CONTROLLER_GEN="$(CONTROLLER_GEN)" go test ./... -race -count=1 -timeout 25m $(GO_TEST_FLAGS)
+
+.PHONY: bench
+bench: ## Run the benchmarks under test/bench once each (-benchtime 1x) against envtest.
+	@[ -d test/bench ] || { echo "make bench: there are no benchmarks (test/bench does not exist)" >&2; exit 1; }
+	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
+	go test ./test/bench/... -run '^$$' -bench . -benchtime 1x $(BENCH_FLAGS)
+
+.PHONY: envtest-assets
+envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/k8s/ (cached; skipped when KUBEBUILDER_ASSETS is set) and print the directory.
+	@$(RESOLVE_ENVTEST_ASSETS); echo "$${KUBEBUILDER_ASSETS}"
+
+.PHONY: dev
+dev: ## Run Toolgate end to end locally (control plane, manager, reference provider) via hack/dev.sh.
+	bash hack/dev.sh
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager (bin/manager) and the reference approvals provider (bin/reference-provider).
+	go build -o "$(LOCALBIN)/manager" ./cmd
+	go build -o "$(LOCALBIN)/reference-provider" ./cmd/reference-provider
+
+.PHONY: run
+run: ## Run the manager from your host against the cluster in your kubeconfig (pass flags with ARGS=...).
+	go run ./cmd $(ARGS)
+
+.PHONY: docker-build
+docker-build: ## Build the container image (manager and reference-provider) as IMG.
+	$(CONTAINER_TOOL) build -t "$(IMG)" .
+
+.PHONY: docker-push
+docker-push: ## Push the container image IMG.
+	$(CONTAINER_TOOL) push "$(IMG)"
+
+##@ Deployment
+
+ifndef ignore-not-found
+  ignore-not-found = false
+endif
+
+.PHONY: install
+install: ## Install the CRDs into the cluster in your kubeconfig.
+	$(KUBECTL) kustomize config/crd | $(KUBECTL) apply -f -
+
+.PHONY: uninstall
+uninstall: ## Uninstall the CRDs from the cluster. Call with ignore-not-found=true to ignore resource not found errors.
+	$(KUBECTL) kustomize config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: deploy
+deploy: deploy-overlay ## Deploy the controller (config/default, image IMG) to the cluster in your kubeconfig.
+	$(KUBECTL) kustomize "$(DEPLOY_OVERLAY)" | $(KUBECTL) apply -f -
+
+.PHONY: undeploy
+undeploy: deploy-overlay ## Remove the controller from the cluster. Call with ignore-not-found=true to ignore resource not found errors.
+	$(KUBECTL) kustomize "$(DEPLOY_OVERLAY)" | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+# deploy-overlay writes a kustomization (git-ignored, under bin/) that points config/default at $(IMG).
+.PHONY: deploy-overlay
+deploy-overlay: | $(LOCALBIN)
+	@mkdir -p "$(DEPLOY_OVERLAY)"
+	@img='$(IMG)'; name="$${img%:*}"; tag="$${img##*:}"; \
+	case "$${tag}" in "$${img}"|*/*) name="$${img}"; tag=latest ;; esac; \
+	printf '%s\n' \
+	  'apiVersion: kustomize.config.k8s.io/v1beta1' \
+	  'kind: Kustomization' \
+	  'resources:' \
+	  '- ../../config/default' \
+	  'images:' \
+	  '- name: controller' \
+	  "  newName: $${name}" \
+	  "  newTag: $${tag}" > "$(DEPLOY_OVERLAY)/kustomization.yaml"
+
+##@ Dependencies
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/ (version pinned by hack/tools/go.mod).
+
+# controller-gen is built from hack/tools/go.mod and rebuilt whenever that module changes.
+$(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
+	cd hack/tools && go build -o "$(CONTROLLER_GEN)" sigs.k8s.io/controller-tools/cmd/controller-gen
+	@touch "$(CONTROLLER_GEN)"
+
+$(LOCALBIN):
+	mkdir -p "$(LOCALBIN)"

@@ -1,0 +1,64 @@
+// Command manager runs the Toolgate controller: every ToolCall waits for a human approval from the
+// approvals provider before its Job is created.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+func main() {
+	var (
+		providerURL, credentialFile, caFile string
+		o                                   controller.Options
+	)
+	timing := controller.DefaultTiming()
+	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the approvals provider, e.g. https://approvals.example.com.")
+	flag.StringVar(&credentialFile, "provider-credential-file", "", "File holding the provider instance credential (mounted from a Secret).")
+	flag.StringVar(&caFile, "provider-ca-file", "", "PEM file of CAs to trust for the provider instead of the system pool.")
+	flag.DurationVar(&o.PollWait, "poll-wait", provider.DefaultLongPollWait, "Long-poll wait sent as ?wait= (at most 55s).")
+	flag.DurationVar(&timing.ReturnMargin, "return-margin", timing.ReturnMargin, "Time kept at the end of a waiting limit to return the result.")
+	flag.DurationVar(&timing.FinalStateMargin, "final-state-margin", timing.FinalStateMargin, "Time allowed after the provider deadline to read its final state.")
+	flag.DurationVar(&timing.SkewMargin, "skew-margin", timing.SkewMargin, "An approval is treated as expired this long before decision.expires_at.")
+	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", 2*time.Minute, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
+	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Reconcile workers.")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
+	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Metrics address; 0 disables.")
+	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Health probe address.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	if o.PollWait <= 0 || o.PollWait > provider.MaxLongPollWait {
+		log.Error(nil, "--poll-wait must be between 1s and 55s", "poll-wait", o.PollWait)
+		os.Exit(2)
+	}
+	client, err := provider.NewHTTPClient(provider.Options{
+		BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, OnError: controller.CountProviderError,
+	})
+	if err != nil {
+		log.Error(err, "invalid provider configuration")
+		os.Exit(2)
+	}
+	o.Provider = client
+	o.Timing = timing
+	mgr, err := controller.NewManager(ctrl.GetConfigOrDie(), o)
+	if err != nil {
+		log.Error(err, "unable to set up the manager")
+		os.Exit(1)
+	}
+	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "manager stopped with an error")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,116 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// Options configure a Toolgate manager.
+type Options struct {
+	Provider                provider.Client
+	PollWait                time.Duration
+	Clock                   clock.PassiveClock
+	Timing                  Timing
+	CallTimeout             time.Duration
+	CancelGiveUp            time.Duration
+	MaxConcurrentReconciles int
+
+	// Namespaces limits the manager to these namespaces (all when empty).
+	Namespaces []string
+	// SkipNameValidation and Crash are for tests: several managers in one process, crash points.
+	SkipNameValidation bool
+	Crash              func(point string) error
+
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	MetricsBindAddress      string
+	HealthProbeBindAddress  string
+}
+
+// Scheme is the scheme Toolgate's manager uses.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := tg.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// NewManager builds the manager with the ToolCall controller and its waiter.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	// Only Jobs that Toolgate created are cached.
+	ours, err := labels.NewRequirement(tg.LabelToolCallUID, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	var namespaces map[string]cache.Config
+	if len(o.Namespaces) > 0 {
+		namespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			namespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "toolgate.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Cache: cache.Options{DefaultNamespaces: namespaces, ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = provider.DefaultLongPollWait
+	}
+	r := &ToolCallReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
+		Provider:                o.Provider,
+		Waiter:                  NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter")),
+		Clock:                   o.Clock,
+		Timing:                  o.Timing,
+		CallTimeout:             o.CallTimeout,
+		CancelGiveUp:            o.CancelGiveUp,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		SkipNameValidation:      o.SkipNameValidation,
+		Crash:                   o.Crash,
+	}
+	r.Defaults()
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the ToolCall controller: %w", err)
+	}
+	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}
