@@ -30,7 +30,8 @@ func main() {
 	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", 2*time.Minute, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Reconcile workers.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
-	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Metrics address; 0 disables.")
+	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "Metrics address; 0 disables.")
+	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the apiserver authorizes (false: plain HTTP).")
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Health probe address.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

@@ -143,7 +143,12 @@ type ToolCall struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
+	// spec is immutable. Durations are compared by value, not by spelling: a client that decodes
+	// "45m" and encodes it again as "45m0s" (every Go client using metav1.Duration) has not changed
+	// the spec and must still be able to update metadata. A field added to ToolCallSpec must be added
+	// to this rule too.
+
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || (self.tool == oldSelf.tool && self.arguments == oldSelf.arguments && self.waitingLimit.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.waitingLimit) == duration(oldSelf.waitingLimit) && has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || (self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.timeout) == duration(oldSelf.timeout))))",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
 	// +required
 	Spec ToolCallSpec `json:"spec"`
 

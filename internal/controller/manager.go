@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -40,7 +41,9 @@ type Options struct {
 	LeaderElection          bool
 	LeaderElectionNamespace string
 	MetricsBindAddress      string
-	HealthProbeBindAddress  string
+	// MetricsSecure serves metrics over HTTPS, allowing only callers authorized by the apiserver.
+	MetricsSecure          bool
+	HealthProbeBindAddress string
 }
 
 // Scheme is the scheme Toolgate's manager uses.
@@ -53,6 +56,15 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	return s
+}
+
+func metricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsBindAddress}
+	if o.MetricsSecure {
+		m.SecureServing = true
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
 }
 
 // NewManager builds the manager with the ToolCall controller and its waiter.
@@ -71,7 +83,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "toolgate.dev",

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/controller"
@@ -86,7 +87,7 @@ type harness struct {
 type option func(*harness)
 
 func withClock(c clock.PassiveClock) option { return func(h *harness) { h.opts.Clock = c } }
-func withPollWait(d time.Duration) option  { return func(h *harness) { h.opts.PollWait = d } }
+func withPollWait(d time.Duration) option   { return func(h *harness) { h.opts.PollWait = d } }
 func withWorkers(n int) option              { return func(h *harness) { h.opts.MaxConcurrentReconciles = n } }
 func withCancelGiveUp(d time.Duration) option {
 	return func(h *harness) { h.opts.CancelGiveUp = d }
@@ -336,3 +337,38 @@ func mustJSON(v any) string {
 }
 
 var _ = ptr.To[int]
+
+// metricValue reads a counter, gauge or histogram sample count from the controller-runtime registry.
+func metricValue(name string, labels map[string]string) float64 {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				total += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				total += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return total
+}

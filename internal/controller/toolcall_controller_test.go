@@ -28,6 +28,8 @@ import (
 func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 	h := newHarness(t)
 	g := h.g
+	succeeded := metricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
+	waits := metricValue("toolgate_approval_wait_seconds", nil)
 	h.tool("issue-refund", "issue_refund", refundSchema)
 	tc := h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, ptr.To(time.Minute))
 
@@ -87,6 +89,8 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 		tg.ReasonAwaitingApproval, tg.ReasonJobCreated, tg.ReasonJobSucceeded))
 	st := h.srv.Stats()
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
+	g.Expect(metricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})).To(Equal(succeeded + 1))
+	g.Expect(metricValue("toolgate_approval_wait_seconds", nil)).To(BeNumerically(">", waits))
 }
 
 func TestFailedJobReportsItsMessage(t *testing.T) {
@@ -230,6 +234,7 @@ func TestPollTimeoutsAreRetriedAndTheApprovalStillApplies(t *testing.T) {
 	h.approve(req.ID, 5*time.Minute)
 	h.waitPhase("refund", tg.PhaseRunning)
 	g.Expect(h.srv.Stats().Faults[reference.FaultDelay]).To(BeEquivalentTo(1))
+	g.Expect(metricValue("toolgate_provider_request_errors_total", map[string]string{"op": "wait", "code": provider.CodeTimeout})).To(BeNumerically(">=", 1))
 	g.Expect(h.jobs()).To(HaveLen(1))
 }
 
@@ -460,6 +465,7 @@ func TestOneWorkerServesManyPendingToolCalls(t *testing.T) {
 		h.waitPhase(n, tg.PhaseAwaitingApproval, 10*time.Second)
 	}
 	h.g.Eventually(func() int64 { return h.srv.Stats().Waiting }).Should(BeEquivalentTo(len(names)))
+	h.g.Expect(metricValue("toolgate_pending_waiters", nil)).To(BeEquivalentTo(len(names)))
 	// A decision on the last one is applied while the other five are still held open by the provider.
 	h.approve(h.pendingRequest("f").ID, 5*time.Minute)
 	h.waitPhase("f", tg.PhaseRunning, 10*time.Second)

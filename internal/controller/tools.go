@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -41,6 +42,7 @@ func pickTool(tools []tg.Tool, name, namespace string) (*tg.Tool, *rejection) {
 		for i, t := range found {
 			names[i] = t.Name
 		}
+		slices.Sort(names) // a stable message: status does not churn
 		return nil, &rejection{tg.ReasonAmbiguousTool, fmt.Sprintf("spec.tool %q: Tools %s in namespace %s all have this toolName; an admin must keep only one.", name, strings.Join(names, ", "), namespace)}
 	}
 }
