@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -245,6 +246,14 @@ func (h *harness) waitPhase(name string, phase tg.ToolCallPhase, timeout ...time
 		return fmt.Sprintf("ToolCall %s: reason %q, message %q", name, tc.Status.Reason, tc.Status.Message)
 	})
 	return tc
+}
+
+// waitGone waits until the ToolCall no longer exists (its finalizer was removed).
+func (h *harness) waitGone(name string, timeout time.Duration) {
+	h.t.Helper()
+	h.g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(context.Background(), types.NamespacedName{Namespace: h.ns, Name: name}, &tg.ToolCall{}))
+	}).WithTimeout(timeout).Should(BeTrue(), "ToolCall %s still exists", name)
 }
 
 // pendingRequest returns the provider's request for a ToolCall that is AwaitingApproval.

@@ -10,10 +10,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -337,9 +335,7 @@ func TestDeletingAPendingToolCallCancelsItsRequest(t *testing.T) {
 	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
 	req := h.pendingRequest("refund")
 	h.g.Expect(k8s.Delete(context.Background(), h.get("refund"))).To(Succeed())
-	h.g.Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(context.Background(), types.NamespacedName{Namespace: h.ns, Name: "refund"}, &tg.ToolCall{}))
-	}).WithTimeout(20 * time.Second).Should(BeTrue())
+	h.waitGone("refund", 20*time.Second)
 	got, err := h.srv.Get(req.ID)
 	h.g.Expect(err).NotTo(HaveOccurred())
 	h.g.Expect(got.Status).To(Equal(provider.StatusCancelled))
@@ -359,9 +355,7 @@ func TestDeletionRecoversAnUnrecordedRequestAndCancelsIt(t *testing.T) {
 	g.Eventually(func() int64 { return h.srv.Stats().Creates }).Should(BeEquivalentTo(1))
 	h.srv.Faults().Clear()
 	g.Expect(k8s.Delete(context.Background(), p)).To(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(context.Background(), types.NamespacedName{Namespace: h.ns, Name: "refund"}, &tg.ToolCall{}))
-	}).WithTimeout(20 * time.Second).Should(BeTrue())
+	h.waitGone("refund", 20*time.Second)
 	all, err := h.srv.List("")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(all).To(HaveLen(1), "the replayed POST found the same request, no second one")
@@ -375,9 +369,7 @@ func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
 	h.pendingRequest("refund")
 	h.g.Expect(h.srv.Faults().Set(reference.FaultRule{Kind: reference.FaultReset, Probability: 1})).To(Succeed())
 	h.g.Expect(k8s.Delete(context.Background(), h.get("refund"))).To(Succeed())
-	h.g.Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(context.Background(), types.NamespacedName{Namespace: h.ns, Name: "refund"}, &tg.ToolCall{}))
-	}).WithTimeout(30 * time.Second).Should(BeTrue())
+	h.waitGone("refund", 30*time.Second)
 	h.g.Eventually(func() []string { return h.eventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
 }
 
