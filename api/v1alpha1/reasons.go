@@ -51,6 +51,8 @@ const (
 	ReasonRequestLost = "ApprovalRequestLost"
 	ReasonJobMissing  = "JobMissing"
 	ReasonJobRefused  = "JobRefused"
+	// ReasonArgumentsChanged: the approval covers other arguments than the spec now holds.
+	ReasonArgumentsChanged = "ArgumentsChanged"
 )
 
 // Annotations the controller writes when it accepts a ToolCall (with its finalizer, before the first

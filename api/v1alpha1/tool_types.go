@@ -20,10 +20,9 @@ type ToolSpec struct {
 	ToolName string `json:"toolName"`
 
 	// jobTemplate is the Job that executes the tool. The controller adds the env TOOL_NAME,
-	// TOOL_ARGUMENTS (JSON), TOOLCALL_NAME and TOOLCALL_UID to every container.
-	// +kubebuilder:validation:Schemaless
-	// +kubebuilder:validation:Type=object
-	// +kubebuilder:pruning:PreserveUnknownFields
+	// TOOL_ARGUMENTS (JSON), TOOLCALL_NAME and TOOLCALL_UID to every container. It carries the full
+	// Job schema, so the apiserver refuses a malformed template when the Tool is written (CRD
+	// descriptions are left out, `crd:maxDescLen=0`, to keep the CRD small enough for client-side apply).
 	// +required
 	JobTemplate batchv1.JobTemplateSpec `json:"jobTemplate"`
 

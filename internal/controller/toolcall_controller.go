@@ -259,6 +259,11 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, tc *tg.ToolCall,
 	approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
 	switch req.Status {
 	case provider.StatusApproved:
+		// The approval covers the arguments the provider hashed; the Job runs the spec's arguments.
+		if sum, err := provider.ArgumentsSHA256(tc.Spec.Arguments.Raw); err != nil || sum != req.ArgumentsSHA256 {
+			setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonArgumentsChanged, "Approval could not be obtained for these arguments: spec.arguments differ from the arguments the approval covers. The call did not run.")
+			return ctrl.Result{}, nil
+		}
 		return r.startJob(ctx, tc)
 	case provider.StatusDenied:
 		msg := "A human denied the call. The call did not run."
@@ -502,6 +507,14 @@ func (r *ToolCallReconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg
 		return nil, nil, err
 	}
 	tool, rej := pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
+	if rej != nil {
+		// Rejection is final: confirm with a live read that the cache was not just behind (a Tool
+		// created a moment before the ToolCall).
+		if err := r.APIReader.List(ctx, tools, client.InNamespace(tc.Namespace)); err != nil {
+			return nil, nil, err
+		}
+		tool, rej = pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
+	}
 	return tool, rej, nil
 }
 

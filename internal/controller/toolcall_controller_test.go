@@ -477,3 +477,35 @@ func TestUnchangedPollsWriteNothing(t *testing.T) {
 	h.g.Expect(after.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
 	h.g.Expect(h.srv.Stats().Creates).To(BeEquivalentTo(1), "a poll never creates a request")
 }
+
+// What a human approved is what runs: the apiserver's spec comparison does not see a key of
+// spec.arguments replaced by another, so the controller checks the approved arguments hash itself.
+// Depending on whether the controller saw the change before the approval, the call either ends
+// without running (ArgumentsChanged, or the provider's answer refused as untrusted) or runs the
+// arguments that were approved; it never runs the changed ones.
+func TestApprovalNeverCoversChangedArguments(t *testing.T) {
+	h := newHarness(t)
+	g := h.g
+	h.tool("issue-refund", "issue_refund", "")
+	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
+	req := h.pendingRequest("refund")
+	tc := h.get("refund")
+	tc.Spec.Arguments.Raw = []byte(`{"payment_id":"payment_123","amount":4900,"refund_to":"acct_999"}`)
+	if err := k8s.Update(context.Background(), tc); err != nil {
+		t.Skipf("the apiserver refuses the change itself: %v", err)
+	}
+	h.approve(req.ID, 5*time.Minute)
+	var end *tg.ToolCall
+	g.Eventually(func() tg.ToolCallPhase {
+		end = h.get("refund")
+		return end.Status.Phase
+	}).WithTimeout(30 * time.Second).Should(BeElementOf(tg.PhaseApprovalUnavailable, tg.PhaseRunning))
+	if end.Status.Phase == tg.PhaseApprovalUnavailable {
+		g.Expect(end.Status.Reason).To(BeElementOf(tg.ReasonArgumentsChanged, tg.ReasonUntrustedResponse))
+		g.Expect(h.jobs()).To(BeEmpty())
+		return
+	}
+	jobs := h.jobs()
+	g.Expect(jobs).To(HaveLen(1))
+	g.Expect(jobs[0].Spec.Template.Spec.Containers[0].Env).To(ContainElement(HaveField("Value", MatchJSON(refundArgs))))
+}

@@ -200,8 +200,10 @@ type call struct {
 // do runs a call with retries: full-jitter exponential backoff with Retry-After as a floor, until
 // the call succeeds, fails with a non-retryable error, MaxAttempts is reached or ctx ends.
 func (c *HTTPClient) do(ctx context.Context, cl call) (*Request, error) {
+	reloaded := false
 	for attempt := 0; ; attempt++ {
-		req, err := c.attempt(ctx, cl)
+		cred := c.credential()
+		req, err := c.attempt(ctx, cl, cred)
 		if err == nil {
 			return req, nil
 		}
@@ -212,9 +214,10 @@ func (c *HTTPClient) do(ctx context.Context, cl call) (*Request, error) {
 		if c.opts.OnError != nil {
 			c.opts.OnError(cl.op, pe.Code)
 		}
-		if pe.Code == CodeUnauthenticated && attempt == 0 {
-			// A rotated Secret: read the credential again and repeat once.
-			if rerr := c.reloadCredential(); rerr == nil {
+		if pe.Code == CodeUnauthenticated && !reloaded {
+			// A rotated Secret: read the credential again and repeat once, if it changed.
+			reloaded = true
+			if rerr := c.reloadCredential(); rerr == nil && c.credential() != cred {
 				continue
 			}
 		}
@@ -246,7 +249,7 @@ func fullJitter(base, ceiling time.Duration, attempt int) time.Duration {
 	return rand.N(d) + 1
 }
 
-func (c *HTTPClient) attempt(ctx context.Context, cl call) (*Request, error) {
+func (c *HTTPClient) attempt(ctx context.Context, cl call, cred string) (*Request, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Op: cl.op, Code: CodeTimeout, Detail: "gave up waiting for the provider", Err: err}
 	}
@@ -264,7 +267,7 @@ func (c *HTTPClient) attempt(ctx context.Context, cl call) (*Request, error) {
 	if err != nil {
 		return nil, &Error{Op: cl.op, Code: CodeInvalidRequest, Err: err}
 	}
-	hreq.Header.Set("Authorization", "Bearer "+c.credential())
+	hreq.Header.Set("Authorization", "Bearer "+cred)
 	hreq.Header.Set("Accept", ContentTypeJSON+", "+ContentTypeProblemJSON)
 	if cl.body != nil {
 		hreq.Header.Set("Content-Type", ContentTypeJSON)
@@ -290,24 +293,33 @@ func (c *HTTPClient) attempt(ctx context.Context, cl call) (*Request, error) {
 		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes)}
 	}
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
-		return c.trusted(cl, data, resp.StatusCode)
+		return c.trusted(cl, data, resp.StatusCode, cred)
 	}
-	return c.problem(cl, resp, data)
+	return c.problem(cl, resp, data, cred)
+}
+
+// redact removes the credential from text taken from a response, so that a provider echoing it
+// cannot put it into an error.
+func redact(text, cred string) string {
+	if cred == "" {
+		return text
+	}
+	return strings.ReplaceAll(text, cred, "[redacted]")
 }
 
 // trusted decodes a success body and refuses it unless it is about the submitted request.
-func (c *HTTPClient) trusted(cl call, data []byte, status int) (*Request, error) {
+func (c *HTTPClient) trusted(cl call, data []byte, status int, cred string) (*Request, error) {
 	r, err := DecodeRequest(data)
 	if err != nil {
-		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeMalformed, Detail: err.Error()}
+		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeMalformed, Detail: redact(err.Error(), cred)}
 	}
 	if err := cl.ref.Matches(r); err != nil {
-		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeUntrusted, Detail: err.Error()}
+		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeUntrusted, Detail: redact(err.Error(), cred)}
 	}
 	return r, nil
 }
 
-func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte) (*Request, error) {
+func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte, cred string) (*Request, error) {
 	var p Problem
 	_ = json.Unmarshal(data, &p) // a non-problem body still yields a useful status-based error
 	code := p.Code
@@ -320,10 +332,10 @@ func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte) (*Reques
 			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: "already_decided without the current request"}
 		}
 		if err := checkWellFormed(p.Request); err != nil {
-			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: err.Error()}
+			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: redact(err.Error(), cred)}
 		}
 		if err := cl.ref.Matches(p.Request); err != nil {
-			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeUntrusted, Detail: err.Error()}
+			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeUntrusted, Detail: redact(err.Error(), cred)}
 		}
 		return p.Request, nil
 	}
@@ -335,7 +347,7 @@ func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte) (*Reques
 		detail = http.StatusText(resp.StatusCode)
 	}
 	return nil, &Error{
-		Op: cl.op, StatusCode: resp.StatusCode, Code: code, Detail: detail,
+		Op: cl.op, StatusCode: resp.StatusCode, Code: redact(code, cred), Detail: redact(detail, cred),
 		Retryable:  retryableStatus(resp.StatusCode, code),
 		RetryAfter: retryAfter(resp.Header.Get("Retry-After")),
 	}
