@@ -468,7 +468,7 @@ func TestUnchangedPollsWriteNothing(t *testing.T) {
 	h := newHarness(t, withPollWait(time.Second))
 	h.tool("issue-refund", "issue_refund", "")
 	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	h.pendingRequest("refund")
+	first := h.pendingRequest("refund")
 	before := h.get("refund").ResourceVersion
 	gets := h.srv.Stats().Gets
 	h.g.Eventually(func() int64 { return h.srv.Stats().Gets }).WithTimeout(15 * time.Second).Should(BeNumerically(">=", gets+3))
@@ -476,6 +476,9 @@ func TestUnchangedPollsWriteNothing(t *testing.T) {
 	h.g.Expect(after.ResourceVersion).To(Equal(before))
 	h.g.Expect(after.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
 	h.g.Expect(h.srv.Stats().Creates).To(BeEquivalentTo(1), "a poll never creates a request")
+	now, err := h.srv.Get(first.ID)
+	h.g.Expect(err).NotTo(HaveOccurred())
+	h.g.Expect(now.DeadlineAt).To(Equal(first.DeadlineAt), "a poll never extends the deadline")
 }
 
 // What a human approved is what runs: the apiserver's spec comparison does not see a key of
