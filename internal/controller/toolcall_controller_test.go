@@ -49,7 +49,8 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 	g.Expect(running.Status.Decision.Status).To(Equal(provider.StatusApproved))
 	g.Expect(running.Status.Decision.Note).To(Equal("The duplicate charge has been confirmed."))
 	g.Expect(running.Status.Decision.ExpiresAt).NotTo(BeNil())
-	g.Expect(running.Finalizers).NotTo(ContainElement(tg.Finalizer), "an approved request can no longer be pending")
+	// The finalizer goes in the write after the Running status: an approved request can no longer be pending.
+	g.Eventually(func() []string { return h.get("refund").Finalizers }).ShouldNot(ContainElement(tg.Finalizer))
 
 	jobs := h.jobs()
 	g.Expect(jobs).To(HaveLen(1))
@@ -87,7 +88,9 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 		tg.ReasonAwaitingApproval, tg.ReasonJobCreated, tg.ReasonJobSucceeded))
 	st := h.srv.Stats()
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
-	g.Expect(metricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})).To(Equal(succeeded + 1))
+	g.Eventually(func() float64 {
+		return metricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
+	}).Should(Equal(succeeded + 1))
 	g.Expect(metricValue("toolgate_approval_wait_seconds", nil)).To(BeNumerically(">", waits))
 }
 
@@ -126,7 +129,9 @@ func TestDecisionInSubmitResponseIsAppliedWithoutPolling(t *testing.T) {
 	st := h.srv.Stats()
 	g.Expect(st.Gets).To(BeZero(), "no poll after a terminal POST response")
 	g.Expect(st.Creates).To(BeZero())
-	g.Expect(st.Replays).To(BeEquivalentTo(1))
+	// A reconcile that read the cache before its own status write may replay the POST again: still
+	// the same request, and still no poll.
+	g.Expect(st.Replays).To(BeNumerically(">=", 1))
 	g.Expect(h.jobs()).To(HaveLen(1))
 }
 
@@ -142,7 +147,7 @@ func TestDeniedCarriesTheNote(t *testing.T) {
 	h.g.Expect(denied.Status.Message).To(ContainSubstring("Not a duplicate."))
 	h.g.Expect(meta.IsStatusConditionFalse(denied.Status.Conditions, tg.ConditionExecuted)).To(BeTrue())
 	h.g.Expect(h.jobs()).To(BeEmpty())
-	h.g.Expect(denied.Finalizers).To(BeEmpty())
+	h.g.Eventually(func() []string { return h.get("refund").Finalizers }).Should(BeEmpty())
 }
 
 func TestProviderCancelledIsCancelled(t *testing.T) {
