@@ -92,11 +92,12 @@ func (w *Waiter) Ensure(tc *toolgatev1alpha1.ToolCall, ref provider.Ref, until t
 	wt := &watch{cancel: cancel, ref: ref}
 	w.watches[tc.UID] = wt
 	pendingWaiters.Set(float64(len(w.watches)))
-	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
+	// The goroutine must not touch tc: the reconciler goes on writing into it.
+	uid, key := tc.UID, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		w.poll(ctx, tc.UID, key, wt)
+		w.poll(ctx, uid, key, wt)
 	}()
 }
 
