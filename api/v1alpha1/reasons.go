@@ -22,7 +22,6 @@ const (
 
 // Reasons: used in status.reason, condition reasons and event reasons. Stable CamelCase words.
 const (
-	ReasonAccepted            = "Accepted"
 	ReasonSubmitFailed        = "SubmitFailed"
 	ReasonAwaitingApproval    = "AwaitingApproval"
 	ReasonApproved            = "Approved"

@@ -212,14 +212,14 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	now := r.Clock.Now()
-	until := r.Timing.PollUntil(w, timeOf(tc.Status.DeadlineAt))
-	if !now.Before(until) {
-		return r.giveUp(ctx, tc, sub)
-	}
 	ref, err := r.ref(tc, sub)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	now := r.Clock.Now()
+	until := r.Timing.PollUntil(w, timeOf(tc.Status.DeadlineAt))
+	if !now.Before(until) {
+		return r.giveUp(ctx, tc, w, ref)
 	}
 	r.Waiter.Ensure(tc, ref, until.Sub(now))
 	return ctrl.Result{RequeueAfter: until.Sub(now)}, nil
@@ -227,11 +227,7 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that
 // raced the cancellation is applied as any other.
-func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, sub provider.Submission) (ctrl.Result, error) {
-	ref, err := r.ref(tc, sub)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Window, ref provider.Ref) (ctrl.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
 	req, err := r.Provider.Cancel(cctx, ref)
@@ -243,7 +239,6 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, sub pr
 	case provider.IsUntrusted(err):
 		return r.failClosed(ctx, tc, err)
 	default:
-		w, _, _ := r.submission(tc)
 		if r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 			return ctrl.Result{}, fmt.Errorf("cancelling the approval request at the waiting limit: %w", err)
 		}

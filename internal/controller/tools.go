@@ -22,8 +22,6 @@ type rejection struct {
 	reason, message string
 }
 
-func (r *rejection) Error() string { return r.message }
-
 // pickTool returns the one Tool whose toolName is name, or a rejection naming the problem.
 func pickTool(tools []tg.Tool, name, namespace string) (*tg.Tool, *rejection) {
 	var found []*tg.Tool

@@ -122,13 +122,6 @@ func (w *Waiter) Stop(uid types.UID) {
 	}
 }
 
-// Len is the number of requests being polled.
-func (w *Waiter) Len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.watches)
-}
-
 func (w *Waiter) poll(ctx context.Context, uid types.UID, key types.NamespacedName, wt *watch) {
 	log := w.log.WithValues("toolcall", key, "requestID", wt.ref.ID)
 	for ctx.Err() == nil {

@@ -8,13 +8,12 @@ import (
 
 // Client-side error codes, used where the provider sent no problem code.
 const (
-	CodeNetwork          = "network"
-	CodeTimeout          = "timeout"
-	CodeHTTPStatus       = "http_status"
-	CodeMalformed        = "malformed_response"
-	CodeTooLarge         = "response_too_large"
-	CodeUntrusted        = "untrusted_response"
-	CodeCredentialReload = "credential_unreadable"
+	CodeNetwork    = "network"
+	CodeTimeout    = "timeout"
+	CodeHTTPStatus = "http_status"
+	CodeMalformed  = "malformed_response"
+	CodeTooLarge   = "response_too_large"
+	CodeUntrusted  = "untrusted_response"
 )
 
 // Error is every error the client returns. Retryable says whether the same call may succeed if
