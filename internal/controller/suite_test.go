@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -179,6 +178,15 @@ func (h *harness) restart() {
 	h.stopManager()
 	h.opts.Crash = nil
 	h.start()
+}
+
+// newClockedHarness is a harness whose controller clock the test moves, with the refund Tool.
+func newClockedHarness(t *testing.T) (*harness, *clocktesting.FakePassiveClock) {
+	t.Helper()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	h := newHarness(t, withClock(clk))
+	h.tool("issue-refund", "issue_refund", "")
+	return h, clk
 }
 
 func (h *harness) tool(name, toolName string, schema string, mutate ...func(*tg.Tool)) *tg.Tool {
@@ -337,16 +345,6 @@ func (h *harness) eventReasons(name string) []string {
 	}
 	return reasons
 }
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-var _ = ptr.To[int]
 
 // metricValue reads a counter, gauge or histogram sample count from the controller-runtime registry.
 func metricValue(name string, labels map[string]string) float64 {

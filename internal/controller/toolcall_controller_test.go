@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -287,9 +286,7 @@ func TestBadInputIsRejectedBeforeAnyHumanIsAsked(t *testing.T) {
 
 // "check decision.expires_at immediately before allowing the call to start", with the injected clock.
 func TestExpiredApprovalNeverRuns(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	h := newHarness(t, withClock(clk))
-	h.tool("issue-refund", "issue_refund", "")
+	h, clk := newClockedHarness(t)
 	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
 	req := h.pendingRequest("refund")
 	// Valid for 5 minutes by the provider's clock; the controller's clock says 6 minutes have passed.
@@ -302,9 +299,7 @@ func TestExpiredApprovalNeverRuns(t *testing.T) {
 }
 
 func TestApprovalExpiringWithinTheSkewMarginNeverRuns(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	h := newHarness(t, withClock(clk))
-	h.tool("issue-refund", "issue_refund", "")
+	h, clk := newClockedHarness(t)
 	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
 	req := h.pendingRequest("refund")
 	exp := clk.Now().Add(500 * time.Millisecond) // inside the 1s skew margin
@@ -317,9 +312,7 @@ func TestApprovalExpiringWithinTheSkewMarginNeverRuns(t *testing.T) {
 // "This also applies to approvals recovered through a retry": the approval arrives while the manager
 // is down, and the new manager checks expiry against its clock before creating the Job.
 func TestApprovalRecoveredAfterRestartIsCheckedAgain(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	h := newHarness(t, withClock(clk))
-	h.tool("issue-refund", "issue_refund", "")
+	h, clk := newClockedHarness(t)
 	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
 	h.toolCall("refund-valid", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
 	stale := h.pendingRequest("refund")
@@ -423,10 +416,8 @@ func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
 // A Job that exists is the record that the tool started: never re-checked, never re-created, even
 // when the approval has since expired.
 func TestExistingJobIsNeverRecheckedOrRecreated(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	h := newHarness(t, withClock(clk))
+	h, clk := newClockedHarness(t)
 	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
 	h.opts.Crash = func(p string) error {
 		if p == controller.CrashAfterJobCreate {
 			return errors.New("process killed")

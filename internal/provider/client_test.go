@@ -2,20 +2,12 @@ package provider_test
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +22,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/testcert"
 )
 
 const (
@@ -579,25 +572,13 @@ func TestRetriesStatusesTheReferenceCannotProduce(t *testing.T) {
 		wantErr  *provider.Error
 	}{
 		{
-			name: "408 then created",
-			answers: func(t *testing.T, n int64, w http.ResponseWriter) {
-				if n == 1 {
-					respond(w, http.StatusRequestTimeout, "text/plain", []byte("request timeout"))
-					return
-				}
-				respond(w, http.StatusCreated, provider.ContentTypeJSON, requestJSON(t, nil))
-			},
+			name:     "408 then created",
+			answers:  failOnceThenCreated(http.StatusRequestTimeout, "text/plain", "request timeout"),
 			wantHits: 2,
 		},
 		{
-			name: "non-problem 502 then created",
-			answers: func(t *testing.T, n int64, w http.ResponseWriter) {
-				if n == 1 {
-					respond(w, http.StatusBadGateway, "text/html", []byte("<html><body>bad gateway</body></html>"))
-					return
-				}
-				respond(w, http.StatusCreated, provider.ContentTypeJSON, requestJSON(t, nil))
-			},
+			name:     "non-problem 502 then created",
+			answers:  failOnceThenCreated(http.StatusBadGateway, "text/html", "<html><body>bad gateway</body></html>"),
 			wantHits: 2,
 		},
 		{
@@ -628,6 +609,17 @@ func TestRetriesStatusesTheReferenceCannotProduce(t *testing.T) {
 			g.Expect(req).To(BeNil())
 			g.Expect(providerError(g, err)).To(Equal(tc.wantErr))
 		})
+	}
+}
+
+// failOnceThenCreated answers the first call with status and body, and every later one with 201.
+func failOnceThenCreated(status int, contentType, body string) func(*testing.T, int64, http.ResponseWriter) {
+	return func(t *testing.T, n int64, w http.ResponseWriter) {
+		if n == 1 {
+			respond(w, status, contentType, []byte(body))
+			return
+		}
+		respond(w, http.StatusCreated, provider.ContentTypeJSON, requestJSON(t, nil))
 	}
 }
 
@@ -1182,64 +1174,17 @@ func TestCodeHelpersOnOtherErrors(t *testing.T) {
 
 // --- TLS ----------------------------------------------------------------------------------------------------
 
-type testCA struct {
-	cert *x509.Certificate
-	key  crypto.Signer
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) testCA {
-	t.Helper()
-	g := NewWithT(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	g.Expect(err).NotTo(HaveOccurred())
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	g.Expect(err).NotTo(HaveOccurred())
-	cert, err := x509.ParseCertificate(der)
-	g.Expect(err).NotTo(HaveOccurred())
-	return testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// serverCert issues a certificate for 127.0.0.1 signed by the CA.
-func (ca testCA) serverCert(t *testing.T) tls.Certificate {
-	t.Helper()
-	g := NewWithT(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	g.Expect(err).NotTo(HaveOccurred())
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "approvals provider"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	g.Expect(err).NotTo(HaveOccurred())
-	return tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key}
-}
-
 func TestTLS(t *testing.T) {
 	g := newG(t)
-	ca := newCA(t, "toolgate test CA")
+	ca := testcert.NewCA(t, "toolgate test CA")
 	srv := newProvider(t)
-	url, err := srv.StartTLS("127.0.0.1:0", ca.serverCert(t))
+	url, err := srv.StartTLS("127.0.0.1:0", ca.ServerCert(t))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(url).To(HavePrefix("https://"))
 
 	t.Run("trusted CA", func(t *testing.T) {
 		g := newG(t)
-		c := newClient(t, url, func(o *provider.Options) { o.CAFile = writeFile(t, "ca.pem", string(ca.pem)) })
+		c := newClient(t, url, func(o *provider.Options) { o.CAFile = writeFile(t, "ca.pem", string(ca.PEM)) })
 		ctx := testContext(t)
 		req, err := c.Submit(ctx, submission("toolcall-uid-tls"))
 		g.Expect(err).NotTo(HaveOccurred())
@@ -1251,9 +1196,9 @@ func TestTLS(t *testing.T) {
 
 	t.Run("another CA", func(t *testing.T) {
 		g := newG(t)
-		other := newCA(t, "some other CA")
+		other := testcert.NewCA(t, "some other CA")
 		before := srv.Stats().Submits
-		c := newClient(t, url, maxAttempts(2), func(o *provider.Options) { o.CAFile = writeFile(t, "ca.pem", string(other.pem)) })
+		c := newClient(t, url, maxAttempts(2), func(o *provider.Options) { o.CAFile = writeFile(t, "ca.pem", string(other.PEM)) })
 		req, err := c.Submit(testContext(t), submission("toolcall-uid-tls-2"))
 		g.Expect(req).To(BeNil())
 		pe := providerError(g, err)

@@ -1,15 +1,8 @@
 package reference_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
-	"net"
 	"net/http"
 	"path/filepath"
 	"syscall"
@@ -20,6 +13,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/testcert"
 )
 
 func TestStateSurvivesRestart(t *testing.T) {
@@ -81,45 +75,20 @@ func TestTemporaryStoreIsIndependent(t *testing.T) {
 
 func TestServeTLS(t *testing.T) {
 	e := start(t)
-	cert, pool := selfSigned(t)
+	ca := testcert.NewCA(t, "reference provider test CA")
 	e.g.Expect(e.srv.Close()).To(Succeed())
 	s, err := reference.New(reference.Options{Credential: credential, Clock: e.clock})
 	e.g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { e.g.Expect(s.Close()).To(Succeed()) })
-	url, err := s.StartTLS("127.0.0.1:0", cert)
+	url, err := s.StartTLS("127.0.0.1:0", ca.ServerCert(t))
 	e.g.Expect(err).NotTo(HaveOccurred())
 	e.g.Expect(url).To(HavePrefix("https://127.0.0.1:"))
 	e.srv, e.url = s, url
-	e.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	e.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 
 	id := e.create("key-1").ID
 	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultReset, Count: 1})).To(Succeed())
 	_, err = e.try(e.request(http.MethodGet, "/v1/requests/"+id, nil))
 	e.g.Expect(errors.Is(err, syscall.ECONNRESET)).To(BeTrue(), "%v", err)
 	e.expectRequest(e.get(id, ""), http.StatusOK)
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	g := NewWithT(t)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	g.Expect(err).NotTo(HaveOccurred())
-	template := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "reference provider"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
-	g.Expect(err).NotTo(HaveOccurred())
-	leaf, err := x509.ParseCertificate(der)
-	g.Expect(err).NotTo(HaveOccurred())
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
