@@ -18,40 +18,41 @@ import (
 	"toolgate.dev/toolgate/internal/controller"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
+	th "toolgate.dev/toolgate/internal/testharness"
 )
 
 // The seed's flow: submit, poll whilst pending, apply an approval that is still valid, run the tool,
 // return its result.
 func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
-	h := newHarness(t)
-	g := h.g
-	succeeded := metricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
-	waits := metricValue("toolgate_approval_wait_seconds", nil)
-	h.tool("issue-refund", "issue_refund", refundSchema)
-	tc := h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, ptr.To(time.Minute))
+	h := th.New(t, env)
+	g := h.G
+	succeeded := th.MetricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
+	waits := th.MetricValue("toolgate_approval_wait_seconds", nil)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 
-	req := h.pendingRequest("refund")
+	req := h.PendingRequest("refund")
 	g.Expect(req.Tool).To(Equal("issue_refund"))
 	g.Expect(req.Timeout).To(Equal("1m"))
-	g.Expect(req.Arguments).To(MatchJSON(refundArgs))
+	g.Expect(req.Arguments).To(MatchJSON(th.RefundArgs))
 	g.Expect(req.Status).To(Equal(provider.StatusPending))
-	g.Expect(h.srv.Stats().Creates).To(BeEquivalentTo(1))
-	awaiting := h.get("refund")
+	g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1))
+	awaiting := h.Get("refund")
 	g.Expect(awaiting.Finalizers).To(ContainElement(tg.Finalizer))
 	g.Expect(awaiting.Status.DeadlineAt.Time).To(BeTemporally("~", req.DeadlineAt, time.Second))
 	g.Expect(meta.FindStatusCondition(awaiting.Status.Conditions, tg.ConditionApproved).Status).To(Equal(metav1.ConditionUnknown))
-	g.Expect(h.jobs()).To(BeEmpty())
+	g.Expect(h.Jobs()).To(BeEmpty())
 
-	h.approve(req.ID, 5*time.Minute)
-	running := h.waitPhase("refund", tg.PhaseRunning)
+	h.Approve(req.ID, 5*time.Minute)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.JobName).To(Equal(controller.JobName(tc)))
 	g.Expect(running.Status.Decision.Status).To(Equal(provider.StatusApproved))
 	g.Expect(running.Status.Decision.Note).To(Equal("The duplicate charge has been confirmed."))
 	g.Expect(running.Status.Decision.ExpiresAt).NotTo(BeNil())
 	// The finalizer goes in the write after the Running status: an approved request can no longer be pending.
-	g.Eventually(func() []string { return h.get("refund").Finalizers }).ShouldNot(ContainElement(tg.Finalizer))
+	g.Eventually(func() []string { return h.Get("refund").Finalizers }).ShouldNot(ContainElement(tg.Finalizer))
 
-	jobs := h.jobs()
+	jobs := h.Jobs()
 	g.Expect(jobs).To(HaveLen(1))
 	job := jobs[0]
 	g.Expect(job.Name).To(Equal(running.Status.JobName))
@@ -67,12 +68,12 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	g.Expect(env).To(HaveKeyWithValue("TOOL_NAME", "issue_refund"))
-	g.Expect(env["TOOL_ARGUMENTS"]).To(MatchJSON(refundArgs))
+	g.Expect(env["TOOL_ARGUMENTS"]).To(MatchJSON(th.RefundArgs))
 	g.Expect(env).To(HaveKeyWithValue("TOOLCALL_NAME", "refund"))
 	g.Expect(env).To(HaveKeyWithValue("TOOLCALL_UID", string(tc.UID)))
 
-	h.finishJob(job.Name, true, `{"refund_id":"re_1"}`)
-	done := h.waitPhase("refund", tg.PhaseSucceeded)
+	h.FinishJob(job.Name, true, `{"refund_id":"re_1"}`)
+	done := h.WaitPhase("refund", tg.PhaseSucceeded)
 	g.Expect(done.Status.Result).To(Equal(`{"refund_id":"re_1"}`))
 	g.Expect(done.Status.Reason).To(Equal(tg.ReasonJobSucceeded))
 	for _, ct := range []string{tg.ConditionApproved, tg.ConditionExecuted, tg.ConditionReady} {
@@ -82,181 +83,181 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 		g.Expect(c.ObservedGeneration).To(Equal(done.Generation), ct)
 	}
 	g.Expect(done.Status.ObservedGeneration).To(Equal(done.Generation))
-	g.Expect(h.jobs()).To(HaveLen(1))
-	g.Eventually(func() []string { return h.eventReasons("refund") }).Should(ContainElements(
+	g.Expect(h.Jobs()).To(HaveLen(1))
+	g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElements(
 		tg.ReasonAwaitingApproval, tg.ReasonJobCreated, tg.ReasonJobSucceeded))
-	st := h.srv.Stats()
+	st := h.Provider.Stats()
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 	g.Eventually(func() float64 {
-		return metricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
+		return th.MetricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
 	}).Should(Equal(succeeded + 1))
-	g.Expect(metricValue("toolgate_approval_wait_seconds", nil)).To(BeNumerically(">", waits))
+	g.Expect(th.MetricValue("toolgate_approval_wait_seconds", nil)).To(BeNumerically(">", waits))
 }
 
 func TestFailedJobReportsItsMessage(t *testing.T) {
-	h := newHarness(t)
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	h.approve(h.pendingRequest("refund").ID, 5*time.Minute)
-	running := h.waitPhase("refund", tg.PhaseRunning)
-	h.finishJob(running.Status.JobName, false, "card network declined the refund")
-	failed := h.waitPhase("refund", tg.PhaseFailed)
-	h.g.Expect(failed.Status.Result).To(Equal("card network declined the refund"))
-	h.g.Expect(failed.Status.Reason).To(Equal(tg.ReasonJobFailed))
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	h.FinishJob(running.Status.JobName, false, "card network declined the refund")
+	failed := h.WaitPhase("refund", tg.PhaseFailed)
+	h.G.Expect(failed.Status.Result).To(Equal("card network declined the refund"))
+	h.G.Expect(failed.Status.Reason).To(Equal(tg.ReasonJobFailed))
 }
 
 // "The provider may return a terminal decision in the response to the initial request. In that case,
 // the adapter applies the decision immediately and does not poll."
 func TestDecisionInSubmitResponseIsAppliedWithoutPolling(t *testing.T) {
-	h := newHarness(t)
-	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
-	h.stopManager()
-	tc := h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, ptr.To(time.Minute))
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	h.StopManager()
+	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	// The request already exists and is approved under the ToolCall's idempotency key (the UID), as
 	// after a lost response: the controller's POST returns the approved request.
-	pc, err := provider.NewHTTPClient(provider.Options{BaseURL: h.url, CredentialFile: h.credFile})
+	pc, err := provider.NewHTTPClient(provider.Options{BaseURL: h.URL, CredentialFile: h.CredFile})
 	g.Expect(err).NotTo(HaveOccurred())
-	req, err := pc.Submit(context.Background(), provider.Submission{IdempotencyKey: string(tc.UID), Tool: "issue_refund", Arguments: []byte(refundArgs), Timeout: time.Minute})
+	req, err := pc.Submit(context.Background(), provider.Submission{IdempotencyKey: string(tc.UID), Tool: "issue_refund", Arguments: []byte(th.RefundArgs), Timeout: time.Minute})
 	g.Expect(err).NotTo(HaveOccurred())
-	h.approve(req.ID, 5*time.Minute)
-	h.srv.ResetStats()
+	h.Approve(req.ID, 5*time.Minute)
+	h.Provider.ResetStats()
 
-	h.start()
-	running := h.waitPhase("refund", tg.PhaseRunning)
+	h.Start()
+	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.RequestID).To(Equal(req.ID))
-	st := h.srv.Stats()
+	st := h.Provider.Stats()
 	g.Expect(st.Gets).To(BeZero(), "no poll after a terminal POST response")
 	g.Expect(st.Creates).To(BeZero())
 	// A reconcile that read the cache before its own status write may replay the POST again: still
 	// the same request, and still no poll.
 	g.Expect(st.Replays).To(BeNumerically(">=", 1))
-	g.Expect(h.jobs()).To(HaveLen(1))
+	g.Expect(h.Jobs()).To(HaveLen(1))
 }
 
 func TestDeniedCarriesTheNote(t *testing.T) {
-	h := newHarness(t)
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	req := h.pendingRequest("refund")
-	_, err := h.srv.Decide(req.ID, provider.StatusDenied, "Not a duplicate.", nil)
-	h.g.Expect(err).NotTo(HaveOccurred())
-	denied := h.waitPhase("refund", tg.PhaseDenied)
-	h.g.Expect(denied.Status.Decision.Note).To(Equal("Not a duplicate."))
-	h.g.Expect(denied.Status.Message).To(ContainSubstring("Not a duplicate."))
-	h.g.Expect(meta.IsStatusConditionFalse(denied.Status.Conditions, tg.ConditionExecuted)).To(BeTrue())
-	h.g.Expect(h.jobs()).To(BeEmpty())
-	h.g.Eventually(func() []string { return h.get("refund").Finalizers }).Should(BeEmpty())
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	_, err := h.Provider.Decide(req.ID, provider.StatusDenied, "Not a duplicate.", nil)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	denied := h.WaitPhase("refund", tg.PhaseDenied)
+	h.G.Expect(denied.Status.Decision.Note).To(Equal("Not a duplicate."))
+	h.G.Expect(denied.Status.Message).To(ContainSubstring("Not a duplicate."))
+	h.G.Expect(meta.IsStatusConditionFalse(denied.Status.Conditions, tg.ConditionExecuted)).To(BeTrue())
+	h.G.Expect(h.Jobs()).To(BeEmpty())
+	h.G.Eventually(func() []string { return h.Get("refund").Finalizers }).Should(BeEmpty())
 }
 
 func TestProviderCancelledIsCancelled(t *testing.T) {
-	h := newHarness(t)
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	_, err := h.srv.Cancel(h.pendingRequest("refund").ID)
-	h.g.Expect(err).NotTo(HaveOccurred())
-	c := h.waitPhase("refund", tg.PhaseCancelled)
-	h.g.Expect(c.Status.Reason).To(Equal(tg.ReasonProviderCancelled))
-	h.g.Expect(h.jobs()).To(BeEmpty())
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	_, err := h.Provider.Cancel(h.PendingRequest("refund").ID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	c := h.WaitPhase("refund", tg.PhaseCancelled)
+	h.G.Expect(c.Status.Reason).To(Equal(tg.ReasonProviderCancelled))
+	h.G.Expect(h.Jobs()).To(BeEmpty())
 }
 
 // Provider "expired" is ApprovalUnavailable, never Denied.
 func TestProviderExpiryIsApprovalUnavailableNotDenied(t *testing.T) {
-	h := newHarness(t, withPollWait(time.Second))
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, time.Minute, ptr.To(2*time.Second))
-	h.pendingRequest("refund")
-	u := h.waitPhase("refund", tg.PhaseApprovalUnavailable)
-	h.g.Expect(u.Status.Reason).To(Equal(tg.ReasonProviderExpired))
-	h.g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
-	h.g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
-	h.g.Expect(h.jobs()).To(BeEmpty())
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(2*time.Second))
+	h.PendingRequest("refund")
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+	h.G.Expect(u.Status.Reason).To(Equal(tg.ReasonProviderExpired))
+	h.G.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
+	h.G.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
+	h.G.Expect(h.Jobs()).To(BeEmpty())
 }
 
 // Polling stops at deadline_at + margin; 5xx on every poll is retried and never read as expiry; at
 // that point the request is cancelled, and the provider's final state (expired) is reported as
 // approval unavailable.
 func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
-	h := newHarness(t, withPollWait(time.Second))
-	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
 	// The provider fails every poll, so the controller never hears about the expiry from a poll.
-	g.Expect(h.srv.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 503, Probability: 1})).To(Succeed())
-	h.toolCall("refund", "issue_refund", refundArgs, time.Minute, ptr.To(3*time.Second))
-	tc := h.waitPhase("refund", tg.PhaseAwaitingApproval)
-	u := h.waitPhase("refund", tg.PhaseApprovalUnavailable)
+	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 503, Probability: 1})).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(3*time.Second))
+	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
 	// The cancellation at deadline_at + final-state margin found the request expired.
 	g.Expect(u.Status.Reason).To(Equal(tg.ReasonProviderExpired))
 	g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
 	g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
 	ready := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionReady)
-	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.Status.DeadlineAt.Add(testTiming().FinalStateMargin).Truncate(time.Second)))
-	st := h.srv.Stats()
+	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.Status.DeadlineAt.Add(th.TestTiming().FinalStateMargin).Truncate(time.Second)))
+	st := h.Provider.Stats()
 	g.Expect(st.Faults[reference.FaultError5xx]).To(BeNumerically(">=", 1))
 	g.Expect(st.Cancels).To(BeNumerically(">=", 1))
-	g.Expect(h.jobs()).To(BeEmpty())
+	g.Expect(h.Jobs()).To(BeEmpty())
 }
 
 // When the provider cannot be reached at all, the controller stops at its own limit and reports that
 // approval could not be obtained.
 func TestOwnLimitReachedOnAnUnreachableProvider(t *testing.T) {
-	h := newHarness(t, withPollWait(time.Second))
-	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
 	// limit = 12s - 5s exec - 1s return = 6s after creation.
-	h.toolCall("refund", "issue_refund", refundArgs, 12*time.Second, ptr.To(2*time.Second))
-	tc := h.waitPhase("refund", tg.PhaseAwaitingApproval)
-	g.Expect(h.srv.Faults().Set(
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 12*time.Second, ptr.To(2*time.Second))
+	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Expect(h.Provider.Faults().Set(
 		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
 		reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
 	)).To(Succeed())
-	u := h.waitPhase("refund", tg.PhaseApprovalUnavailable)
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
 	g.Expect(u.Status.Reason).To(Equal(tg.ReasonWaitingLimitReached))
 	g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
 	g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
 	ready := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionReady)
 	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.CreationTimestamp.Add(6*time.Second)))
-	g.Expect(h.jobs()).To(BeEmpty())
+	g.Expect(h.Jobs()).To(BeEmpty())
 }
 
 // Connection timeouts and resets on a poll are retried, never read as expiry.
 func TestPollTimeoutsAreRetriedAndTheApprovalStillApplies(t *testing.T) {
-	h := newHarness(t, withPollWait(time.Second))
-	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
 	// The first poll hangs past the client's long-poll timeout (wait + 10s), the next two are reset.
-	g.Expect(h.srv.Faults().Set(
+	g.Expect(h.Provider.Faults().Set(
 		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultDelay, Delay: 12 * time.Second, Count: 1},
 		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultReset, Count: 2},
 	)).To(Succeed())
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	req := h.pendingRequest("refund")
-	g.Eventually(func() int64 { return h.srv.Stats().Faults[reference.FaultReset] }).WithTimeout(20 * time.Second).Should(BeEquivalentTo(2))
-	g.Expect(h.get("refund").Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "a timeout is not an expiry")
-	h.approve(req.ID, 5*time.Minute)
-	h.waitPhase("refund", tg.PhaseRunning)
-	g.Expect(h.srv.Stats().Faults[reference.FaultDelay]).To(BeEquivalentTo(1))
-	g.Expect(metricValue("toolgate_provider_request_errors_total", map[string]string{"op": "wait", "code": provider.CodeTimeout})).To(BeNumerically(">=", 1))
-	g.Expect(h.jobs()).To(HaveLen(1))
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	g.Eventually(func() int64 { return h.Provider.Stats().Faults[reference.FaultReset] }).WithTimeout(20 * time.Second).Should(BeEquivalentTo(2))
+	g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "a timeout is not an expiry")
+	h.Approve(req.ID, 5*time.Minute)
+	h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(h.Provider.Stats().Faults[reference.FaultDelay]).To(BeEquivalentTo(1))
+	g.Expect(th.MetricValue("toolgate_provider_request_errors_total", map[string]string{"op": "wait", "code": provider.CodeTimeout})).To(BeNumerically(">=", 1))
+	g.Expect(h.Jobs()).To(HaveLen(1))
 }
 
 func TestTimeoutThatDoesNotFitIsRejectedWithTheNumbers(t *testing.T) {
-	h := newHarness(t)
-	h.tool("issue-refund", "issue_refund", "")
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
 	// limit = 60s - 5s exec - 1s return = 54s; 53s + 2s final-state margin does not fit.
-	h.toolCall("refund", "issue_refund", refundArgs, time.Minute, ptr.To(53*time.Second))
-	r := h.waitPhase("refund", tg.PhaseRejected)
-	h.g.Expect(r.Status.Reason).To(Equal(tg.ReasonTimeoutDoesNotFit))
-	h.g.Expect(r.Status.Message).To(And(ContainSubstring("timeout 53s"), ContainSubstring("final-state margin 2s"), ContainSubstring("spec.timeout")))
-	h.g.Expect(h.srv.Stats().Submits).To(BeZero())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(53*time.Second))
+	r := h.WaitPhase("refund", tg.PhaseRejected)
+	h.G.Expect(r.Status.Reason).To(Equal(tg.ReasonTimeoutDoesNotFit))
+	h.G.Expect(r.Status.Message).To(And(ContainSubstring("timeout 53s"), ContainSubstring("final-state margin 2s"), ContainSubstring("spec.timeout")))
+	h.G.Expect(h.Provider.Stats().Submits).To(BeZero())
 }
 
 func TestBadInputIsRejectedBeforeAnyHumanIsAsked(t *testing.T) {
-	h := newHarness(t)
-	h.tool("issue-refund", "issue_refund", refundSchema)
-	h.tool("dup-a", "restart_service", "")
-	h.tool("dup-b", "restart_service", "")
-	h.tool("broken", "broken_tool", "", func(tool *tg.Tool) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.Tool("dup-a", "restart_service", "")
+	h.Tool("dup-b", "restart_service", "")
+	h.Tool("broken", "broken_tool", "", func(tool *tg.Tool) {
 		tool.Spec.JobTemplate.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	})
 	cases := []struct {
@@ -270,145 +271,145 @@ func TestBadInputIsRejectedBeforeAnyHumanIsAsked(t *testing.T) {
 		{"too-deep", "broken_tool-x", strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat(`}`, 40), tg.ReasonInvalidArguments, `levels deep`},
 		{"bad-job-template", "broken_tool", `{}`, tg.ReasonInvalidTool, `spec.jobTemplate`},
 	}
-	h.tool("x1", "restart_service-x", "")
-	h.tool("x2", "broken_tool-x", "")
+	h.Tool("x1", "restart_service-x", "")
+	h.Tool("x2", "broken_tool-x", "")
 	for _, c := range cases {
-		h.toolCall(c.name, c.tool, c.args, 2*time.Minute, nil)
+		h.ToolCall(c.name, c.tool, c.args, 2*time.Minute, nil)
 	}
 	for _, c := range cases {
-		r := h.waitPhase(c.name, tg.PhaseRejected)
-		h.g.Expect(r.Status.Reason).To(Equal(c.reason), c.name)
-		h.g.Expect(r.Status.Message).To(ContainSubstring(c.message), c.name)
-		h.g.Expect(r.Finalizers).To(BeEmpty(), c.name)
+		r := h.WaitPhase(c.name, tg.PhaseRejected)
+		h.G.Expect(r.Status.Reason).To(Equal(c.reason), c.name)
+		h.G.Expect(r.Status.Message).To(ContainSubstring(c.message), c.name)
+		h.G.Expect(r.Finalizers).To(BeEmpty(), c.name)
 	}
-	h.g.Expect(h.srv.Stats().Submits).To(BeZero(), "no request is sent for bad input")
+	h.G.Expect(h.Provider.Stats().Submits).To(BeZero(), "no request is sent for bad input")
 }
 
 // "check decision.expires_at immediately before allowing the call to start", with the injected clock.
 func TestExpiredApprovalNeverRuns(t *testing.T) {
-	h, clk := newClockedHarness(t)
-	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
-	req := h.pendingRequest("refund")
+	h, clk := th.NewClocked(t, env)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	req := h.PendingRequest("refund")
 	// Valid for 5 minutes by the provider's clock; the controller's clock says 6 minutes have passed.
-	h.approve(req.ID, 5*time.Minute)
+	h.Approve(req.ID, 5*time.Minute)
 	clk.SetTime(clk.Now().Add(6 * time.Minute))
-	e := h.waitPhase("refund", tg.PhaseExpired)
-	h.g.Expect(e.Status.Reason).To(Equal(tg.ReasonApprovalExpired))
-	h.g.Expect(e.Status.Decision.Status).To(Equal(provider.StatusApproved))
-	h.g.Expect(h.jobs()).To(BeEmpty())
+	e := h.WaitPhase("refund", tg.PhaseExpired)
+	h.G.Expect(e.Status.Reason).To(Equal(tg.ReasonApprovalExpired))
+	h.G.Expect(e.Status.Decision.Status).To(Equal(provider.StatusApproved))
+	h.G.Expect(h.Jobs()).To(BeEmpty())
 }
 
 func TestApprovalExpiringWithinTheSkewMarginNeverRuns(t *testing.T) {
-	h, clk := newClockedHarness(t)
-	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
-	req := h.pendingRequest("refund")
+	h, clk := th.NewClocked(t, env)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	req := h.PendingRequest("refund")
 	exp := clk.Now().Add(500 * time.Millisecond) // inside the 1s skew margin
-	_, err := h.srv.Decide(req.ID, provider.StatusApproved, "", &exp)
-	h.g.Expect(err).NotTo(HaveOccurred())
-	h.waitPhase("refund", tg.PhaseExpired)
-	h.g.Expect(h.jobs()).To(BeEmpty())
+	_, err := h.Provider.Decide(req.ID, provider.StatusApproved, "", &exp)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.WaitPhase("refund", tg.PhaseExpired)
+	h.G.Expect(h.Jobs()).To(BeEmpty())
 }
 
 // "This also applies to approvals recovered through a retry": the approval arrives while the manager
 // is down, and the new manager checks expiry against its clock before creating the Job.
 func TestApprovalRecoveredAfterRestartIsCheckedAgain(t *testing.T) {
-	h, clk := newClockedHarness(t)
-	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
-	h.toolCall("refund-valid", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
-	stale := h.pendingRequest("refund")
-	valid := h.pendingRequest("refund-valid")
-	h.stopManager()
-	h.approve(stale.ID, 2*time.Minute)
-	h.approve(valid.ID, 30*time.Minute)
+	h, clk := th.NewClocked(t, env)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	h.ToolCall("refund-valid", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	stale := h.PendingRequest("refund")
+	valid := h.PendingRequest("refund-valid")
+	h.StopManager()
+	h.Approve(stale.ID, 2*time.Minute)
+	h.Approve(valid.ID, 30*time.Minute)
 	clk.SetTime(clk.Now().Add(3 * time.Minute))
-	h.start()
-	h.waitPhase("refund", tg.PhaseExpired)
-	h.waitPhase("refund-valid", tg.PhaseRunning)
-	h.g.Expect(h.jobs()).To(HaveLen(1))
+	h.Start()
+	h.WaitPhase("refund", tg.PhaseExpired)
+	h.WaitPhase("refund-valid", tg.PhaseRunning)
+	h.G.Expect(h.Jobs()).To(HaveLen(1))
 }
 
 func TestDeletingAPendingToolCallCancelsItsRequest(t *testing.T) {
-	h := newHarness(t)
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	req := h.pendingRequest("refund")
-	h.g.Expect(k8s.Delete(context.Background(), h.get("refund"))).To(Succeed())
-	h.waitGone("refund", 20*time.Second)
-	got, err := h.srv.Get(req.ID)
-	h.g.Expect(err).NotTo(HaveOccurred())
-	h.g.Expect(got.Status).To(Equal(provider.StatusCancelled))
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
+	h.WaitGone("refund", 20*time.Second)
+	got, err := h.Provider.Get(req.ID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.G.Expect(got.Status).To(Equal(provider.StatusCancelled))
 }
 
 // A request whose id was never recorded (every submit response was lost) is recovered by the
 // idempotent POST and cancelled when the ToolCall is deleted.
 func TestDeletionRecoversAnUnrecordedRequestAndCancelsIt(t *testing.T) {
-	h := newHarness(t)
-	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
-	g.Expect(h.srv.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Probability: 1})).To(Succeed())
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	p := h.waitPhase("refund", tg.PhasePending)
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Probability: 1})).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	p := h.WaitPhase("refund", tg.PhasePending)
 	g.Expect(p.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
 	g.Expect(p.Status.RequestID).To(BeEmpty())
-	g.Eventually(func() int64 { return h.srv.Stats().Creates }).Should(BeEquivalentTo(1))
-	h.srv.Faults().Clear()
-	g.Expect(k8s.Delete(context.Background(), p)).To(Succeed())
-	h.waitGone("refund", 20*time.Second)
-	all, err := h.srv.List("")
+	g.Eventually(func() int64 { return h.Provider.Stats().Creates }).Should(BeEquivalentTo(1))
+	h.Provider.Faults().Clear()
+	g.Expect(env.Client.Delete(context.Background(), p)).To(Succeed())
+	h.WaitGone("refund", 20*time.Second)
+	all, err := h.Provider.List("")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(all).To(HaveLen(1), "the replayed POST found the same request, no second one")
 	g.Expect(all[0].Status).To(Equal(provider.StatusCancelled))
 }
 
 func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
-	h := newHarness(t, withCancelGiveUp(2*time.Second))
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	h.pendingRequest("refund")
-	h.g.Expect(h.srv.Faults().Set(reference.FaultRule{Kind: reference.FaultReset, Probability: 1})).To(Succeed())
-	h.g.Expect(k8s.Delete(context.Background(), h.get("refund"))).To(Succeed())
-	h.waitGone("refund", 30*time.Second)
-	h.g.Eventually(func() []string { return h.eventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
+	h := th.New(t, env, th.WithCancelGiveUp(2*time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.PendingRequest("refund")
+	h.G.Expect(h.Provider.Faults().Set(reference.FaultRule{Kind: reference.FaultReset, Probability: 1})).To(Succeed())
+	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
+	h.WaitGone("refund", 30*time.Second)
+	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
 }
 
 // Restart safety: the manager dies at each crash-sensitive step and a new one takes over.
 func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
 	for _, point := range []string{controller.CrashAfterSubmit, controller.CrashBeforeJobCreate, controller.CrashAfterJobCreate} {
 		t.Run(point, func(t *testing.T) {
-			h := newHarness(t)
-			g := h.g
+			h := th.New(t, env)
+			g := h.G
 			crashed := make(chan struct{})
 			var once sync.Once
 			// This manager dies at the crash point: the reconcile ends there and nothing more is written.
-			h.opts.Crash = func(p string) error {
+			h.Opts.Crash = func(p string) error {
 				if p != point {
 					return nil
 				}
 				once.Do(func() { close(crashed) })
 				return errors.New("process killed")
 			}
-			h.stopManager()
-			h.start()
+			h.StopManager()
+			h.Start()
 
-			h.tool("issue-refund", "issue_refund", "")
-			h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
+			h.Tool("issue-refund", "issue_refund", "")
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 			if point != controller.CrashAfterSubmit {
-				req := h.pendingRequest("refund")
-				h.approve(req.ID, 5*time.Minute)
+				req := h.PendingRequest("refund")
+				h.Approve(req.ID, 5*time.Minute)
 			}
 			g.Eventually(crashed).WithTimeout(20 * time.Second).Should(BeClosed())
-			h.restart()
+			h.Restart()
 
 			if point == controller.CrashAfterSubmit {
 				// The new manager's POST replays the same request, then waits for the decision.
-				h.approve(h.pendingRequest("refund").ID, 5*time.Minute)
+				h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
 			}
-			running := h.waitPhase("refund", tg.PhaseRunning, 30*time.Second)
-			g.Expect(h.srv.Stats().Creates).To(BeEquivalentTo(1), "one provider request per ToolCall")
-			g.Expect(h.jobs()).To(HaveLen(1), "one Job per ToolCall")
-			h.finishJob(running.Status.JobName, true, "ok")
-			h.waitPhase("refund", tg.PhaseSucceeded)
-			g.Expect(h.jobs()).To(HaveLen(1))
+			running := h.WaitPhase("refund", tg.PhaseRunning, 30*time.Second)
+			g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1), "one provider request per ToolCall")
+			g.Expect(h.Jobs()).To(HaveLen(1), "one Job per ToolCall")
+			h.FinishJob(running.Status.JobName, true, "ok")
+			h.WaitPhase("refund", tg.PhaseSucceeded)
+			g.Expect(h.Jobs()).To(HaveLen(1))
 		})
 	}
 }
@@ -416,65 +417,65 @@ func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
 // A Job that exists is the record that the tool started: never re-checked, never re-created, even
 // when the approval has since expired.
 func TestExistingJobIsNeverRecheckedOrRecreated(t *testing.T) {
-	h, clk := newClockedHarness(t)
-	g := h.g
-	h.opts.Crash = func(p string) error {
+	h, clk := th.NewClocked(t, env)
+	g := h.G
+	h.Opts.Crash = func(p string) error {
 		if p == controller.CrashAfterJobCreate {
 			return errors.New("process killed")
 		}
 		return nil
 	}
-	h.stopManager()
-	h.start()
-	h.toolCall("refund", "issue_refund", refundArgs, time.Hour, ptr.To(10*time.Minute))
-	req := h.pendingRequest("refund")
-	h.approve(req.ID, 2*time.Minute)
-	g.Eventually(func() int { return len(h.jobs()) }).Should(Equal(1))
-	h.stopManager()
+	h.StopManager()
+	h.Start()
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	req := h.PendingRequest("refund")
+	h.Approve(req.ID, 2*time.Minute)
+	g.Eventually(func() int { return len(h.Jobs()) }).Should(Equal(1))
+	h.StopManager()
 	// The approval has expired by the time the new manager recovers it; the Job already exists.
 	clk.SetTime(clk.Now().Add(10 * time.Minute))
-	h.opts.Crash = nil
-	h.start()
-	running := h.waitPhase("refund", tg.PhaseRunning)
+	h.Opts.Crash = nil
+	h.Start()
+	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
-	g.Expect(h.jobs()).To(HaveLen(1))
+	g.Expect(h.Jobs()).To(HaveLen(1))
 }
 
 // The reconciler never blocks a worker on a long poll: with one worker and 30s polls, many
 // ToolCalls are all submitted and all waited on at once.
 func TestOneWorkerServesManyPendingToolCalls(t *testing.T) {
-	h := newHarness(t, withWorkers(1), withPollWait(30*time.Second))
-	h.tool("issue-refund", "issue_refund", "")
+	h := th.New(t, env, th.WithWorkers(1), th.WithPollWait(30*time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
 	names := []string{"a", "b", "c", "d", "e", "f"}
 	for _, n := range names {
-		h.toolCall(n, "issue_refund", refundArgs, 5*time.Minute, nil)
+		h.ToolCall(n, "issue_refund", th.RefundArgs, 5*time.Minute, nil)
 	}
 	for _, n := range names {
-		h.waitPhase(n, tg.PhaseAwaitingApproval, 10*time.Second)
+		h.WaitPhase(n, tg.PhaseAwaitingApproval, 10*time.Second)
 	}
-	h.g.Eventually(func() int64 { return h.srv.Stats().Waiting }).Should(BeEquivalentTo(len(names)))
-	h.g.Expect(metricValue("toolgate_pending_waiters", nil)).To(BeEquivalentTo(len(names)))
+	h.G.Eventually(func() int64 { return h.Provider.Stats().Waiting }).Should(BeEquivalentTo(len(names)))
+	h.G.Expect(th.MetricValue("toolgate_pending_waiters", nil)).To(BeEquivalentTo(len(names)))
 	// A decision on the last one is applied while the other five are still held open by the provider.
-	h.approve(h.pendingRequest("f").ID, 5*time.Minute)
-	h.waitPhase("f", tg.PhaseRunning, 10*time.Second)
+	h.Approve(h.PendingRequest("f").ID, 5*time.Minute)
+	h.WaitPhase("f", tg.PhaseRunning, 10*time.Second)
 }
 
 // Each completed poll that still says pending is followed by another, and writes nothing.
 func TestUnchangedPollsWriteNothing(t *testing.T) {
-	h := newHarness(t, withPollWait(time.Second))
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	first := h.pendingRequest("refund")
-	before := h.get("refund").ResourceVersion
-	gets := h.srv.Stats().Gets
-	h.g.Eventually(func() int64 { return h.srv.Stats().Gets }).WithTimeout(15 * time.Second).Should(BeNumerically(">=", gets+3))
-	after := h.get("refund")
-	h.g.Expect(after.ResourceVersion).To(Equal(before))
-	h.g.Expect(after.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
-	h.g.Expect(h.srv.Stats().Creates).To(BeEquivalentTo(1), "a poll never creates a request")
-	now, err := h.srv.Get(first.ID)
-	h.g.Expect(err).NotTo(HaveOccurred())
-	h.g.Expect(now.DeadlineAt).To(Equal(first.DeadlineAt), "a poll never extends the deadline")
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	first := h.PendingRequest("refund")
+	before := h.Get("refund").ResourceVersion
+	gets := h.Provider.Stats().Gets
+	h.G.Eventually(func() int64 { return h.Provider.Stats().Gets }).WithTimeout(15 * time.Second).Should(BeNumerically(">=", gets+3))
+	after := h.Get("refund")
+	h.G.Expect(after.ResourceVersion).To(Equal(before))
+	h.G.Expect(after.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+	h.G.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1), "a poll never creates a request")
+	now, err := h.Provider.Get(first.ID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.G.Expect(now.DeadlineAt).To(Equal(first.DeadlineAt), "a poll never extends the deadline")
 }
 
 // What a human approved is what runs: the apiserver's spec comparison does not see a key of
@@ -483,28 +484,28 @@ func TestUnchangedPollsWriteNothing(t *testing.T) {
 // without running (ArgumentsChanged, or the provider's answer refused as untrusted) or runs the
 // arguments that were approved; it never runs the changed ones.
 func TestApprovalNeverCoversChangedArguments(t *testing.T) {
-	h := newHarness(t)
-	g := h.g
-	h.tool("issue-refund", "issue_refund", "")
-	h.toolCall("refund", "issue_refund", refundArgs, 2*time.Minute, nil)
-	req := h.pendingRequest("refund")
-	tc := h.get("refund")
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	tc := h.Get("refund")
 	tc.Spec.Arguments.Raw = []byte(`{"payment_id":"payment_123","amount":4900,"refund_to":"acct_999"}`)
-	if err := k8s.Update(context.Background(), tc); err != nil {
+	if err := env.Client.Update(context.Background(), tc); err != nil {
 		t.Skipf("the apiserver refuses the change itself: %v", err)
 	}
-	h.approve(req.ID, 5*time.Minute)
+	h.Approve(req.ID, 5*time.Minute)
 	var end *tg.ToolCall
 	g.Eventually(func() tg.ToolCallPhase {
-		end = h.get("refund")
+		end = h.Get("refund")
 		return end.Status.Phase
 	}).WithTimeout(30 * time.Second).Should(BeElementOf(tg.PhaseApprovalUnavailable, tg.PhaseRunning))
 	if end.Status.Phase == tg.PhaseApprovalUnavailable {
 		g.Expect(end.Status.Reason).To(BeElementOf(tg.ReasonArgumentsChanged, tg.ReasonUntrustedResponse))
-		g.Expect(h.jobs()).To(BeEmpty())
+		g.Expect(h.Jobs()).To(BeEmpty())
 		return
 	}
-	jobs := h.jobs()
+	jobs := h.Jobs()
 	g.Expect(jobs).To(HaveLen(1))
-	g.Expect(jobs[0].Spec.Template.Spec.Containers[0].Env).To(ContainElement(HaveField("Value", MatchJSON(refundArgs))))
+	g.Expect(jobs[0].Spec.Template.Spec.Containers[0].Env).To(ContainElement(HaveField("Value", MatchJSON(th.RefundArgs))))
 }
