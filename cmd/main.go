@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,8 +17,9 @@ import (
 
 func main() {
 	var (
-		providerURL, credentialFile, caFile string
-		o                                   controller.Options
+		providerURL, credentialFile, caFile, namespaces string
+		providerMaxConns                                int
+		o                                               controller.Options
 	)
 	timing := controller.DefaultTiming()
 	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the approvals provider, e.g. https://approvals.example.com.")
@@ -26,9 +28,13 @@ func main() {
 	flag.DurationVar(&o.PollWait, "poll-wait", provider.DefaultLongPollWait, "Long-poll wait sent as ?wait= (at most 55s).")
 	flag.DurationVar(&timing.ReturnMargin, "return-margin", timing.ReturnMargin, "Time kept at the end of a waiting limit to return the result.")
 	flag.DurationVar(&timing.FinalStateMargin, "final-state-margin", timing.FinalStateMargin, "Time allowed after the provider deadline to read its final state.")
+	flag.DurationVar(&timing.SubmitAllowance, "submit-allowance", timing.SubmitAllowance, "Time left for submitting when the approval timeout is defaulted.")
 	flag.DurationVar(&timing.SkewMargin, "skew-margin", timing.SkewMargin, "An approval is treated as expired this long before decision.expires_at.")
 	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", 2*time.Minute, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
+	flag.IntVar(&providerMaxConns, "provider-max-conns", 0, "Upper bound on connections to the provider (0: none; each pending long poll holds one).")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Reconcile workers.")
+	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to serve (empty: all).")
+	flag.DurationVar(&o.RequeuePoll, "requeue-poll", 0, "Benchmark baseline: instead of long polls, read each pending request without waiting and requeue after this interval (0: long polls).")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
 	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "Metrics address; 0 disables.")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the apiserver authorizes (false: plain HTTP).")
@@ -43,8 +49,12 @@ func main() {
 		log.Error(nil, "--poll-wait must be between 1s and 55s", "poll-wait", o.PollWait)
 		os.Exit(2)
 	}
+	if namespaces != "" {
+		o.Namespaces = strings.Split(namespaces, ",")
+	}
 	client, err := provider.NewHTTPClient(provider.Options{
-		BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, OnError: controller.CountProviderError,
+		BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,
+		OnError: controller.CountProviderError,
 	})
 	if err != nil {
 		log.Error(err, "invalid provider configuration")
@@ -57,7 +67,7 @@ func main() {
 		log.Error(err, "unable to set up the manager")
 		os.Exit(1)
 	}
-	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait)
+	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait, "requeuePoll", o.RequeuePoll, "namespaces", o.Namespaces)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)

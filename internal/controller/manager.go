@@ -31,6 +31,8 @@ type Options struct {
 	CallTimeout             time.Duration
 	CancelGiveUp            time.Duration
 	MaxConcurrentReconciles int
+	// RequeuePoll selects the requeue-polling baseline instead of the long-poll waiter (benchmarks).
+	RequeuePoll time.Duration
 
 	// Namespaces limits the manager to these namespaces (all when empty).
 	Namespaces []string
@@ -81,6 +83,8 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			namespaces[ns] = cache.Config{}
 		}
 	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(countWrites)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsOptions(o),
@@ -109,6 +113,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		CallTimeout:             o.CallTimeout,
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		RequeuePoll:             o.RequeuePoll,
 		SkipNameValidation:      o.SkipNameValidation,
 		Crash:                   o.Crash,
 	}

@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"net/http"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -34,3 +37,45 @@ func init() {
 
 // CountProviderError is the provider client's OnError hook.
 func CountProviderError(op, code string) { providerRequestErrors.WithLabelValues(op, code).Inc() }
+
+var apiserverWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "toolgate_apiserver_writes_total",
+	Help: "Write requests (create, update, patch, delete) the manager sent to the apiserver, by resource (with subresource) and HTTP method.",
+}, []string{"resource", "method"})
+
+func init() { metrics.Registry.MustRegister(apiserverWrites) }
+
+// countWrites wraps the manager's apiserver transport to count its writes by resource.
+func countWrites(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			apiserverWrites.WithLabelValues(resourceOf(req.URL.Path), req.Method).Inc()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// resourceOf turns an API path into "resource" or "resource/subresource":
+// /apis/toolgate.dev/v1alpha1/namespaces/ns/toolcalls/x/status is "toolcalls/status".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	i := 2 // /api/v1/<resource>
+	if len(parts) > 0 && parts[0] == "apis" {
+		i = 3 // /apis/<group>/<version>/<resource>
+	}
+	if len(parts) > i+1 && parts[i] == "namespaces" {
+		i += 2
+	}
+	switch {
+	case len(parts) > i+2:
+		return parts[i] + "/" + parts[i+2]
+	case len(parts) > i:
+		return parts[i]
+	}
+	return "other"
+}

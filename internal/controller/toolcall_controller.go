@@ -47,6 +47,10 @@ type ToolCallReconciler struct {
 	CancelGiveUp time.Duration
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
+	// RequeuePoll, when set, replaces the waiter with the common alternative design: each reconcile
+	// reads the request once without waiting and requeues the ToolCall after this interval. It exists
+	// as the baseline the benchmarks compare the long-poll waiter against.
+	RequeuePoll time.Duration
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// Crash, when set, is called at the crash-sensitive points (CrashAfterSubmit, CrashBeforeJobCreate,
@@ -221,8 +225,25 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 	if !now.Before(until) {
 		return r.giveUp(ctx, tc, w, ref)
 	}
+	if r.RequeuePoll > 0 {
+		return r.pollOnce(ctx, tc, ref, until.Sub(now))
+	}
 	r.Waiter.Ensure(tc, ref, until.Sub(now))
 	return ctrl.Result{RequeueAfter: until.Sub(now)}, nil
+}
+
+// pollOnce is the requeue-polling baseline: one read without waiting, then a requeue.
+func (r *ToolCallReconciler) pollOnce(ctx context.Context, tc *tg.ToolCall, ref provider.Ref, left time.Duration) (ctrl.Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	req, err := r.Provider.Wait(cctx, ref, 0)
+	switch {
+	case err == nil && provider.IsTerminal(req.Status):
+		return r.applyDecision(ctx, tc, req)
+	case err != nil && isFinalWaitError(err):
+		return r.failClosed(ctx, tc, err)
+	}
+	return ctrl.Result{RequeueAfter: min(r.RequeuePoll, left)}, nil
 }
 
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that

@@ -1,0 +1,165 @@
+package testharness
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"toolgate.dev/toolgate/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// ManagerBinary builds the manager (./cmd) once per test process and returns its path.
+func ManagerBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "toolgate-manager-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "manager")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Kubeconfig writes a kubeconfig file for the environment's admin user into dir.
+func (e *Env) Kubeconfig(dir string) (string, error) {
+	c := e.Config
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.CertData, ClientKeyData: c.KeyData, Token: c.BearerToken}
+	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	cfg.CurrentContext = "envtest"
+	path := filepath.Join(dir, "kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// Process is a manager running as its own OS process, so that it can be killed (SIGKILL) as a
+// crash would, and its memory read from /proc.
+type Process struct {
+	cmd         *exec.Cmd
+	done        chan struct{}
+	LogPath     string
+	MetricsAddr string
+}
+
+// StartProcess runs the manager binary against the harness's apiserver, namespace and provider, with
+// the harness's timing. Extra flags come last, so they override.
+func (h *Harness) StartProcess(extra ...string) *Process {
+	h.T.Helper()
+	bin := ManagerBinary(h.T)
+	dir := h.T.TempDir()
+	kubeconfig, err := h.Env.Kubeconfig(dir)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	metrics, err := freeAddr()
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	tm := h.Opts.Timing
+	args := []string{
+		"--kubeconfig", kubeconfig,
+		"--provider-url", h.URL, "--provider-credential-file", h.CredFile,
+		"--namespaces", strings.Join(h.Opts.Namespaces, ","),
+		"--poll-wait", h.Opts.PollWait.String(),
+		"--return-margin", tm.ReturnMargin.String(), "--final-state-margin", tm.FinalStateMargin.String(),
+		"--skew-margin", tm.SkewMargin.String(), "--submit-allowance", tm.SubmitAllowance.String(),
+		"--cancel-give-up", h.Opts.CancelGiveUp.String(),
+		"--metrics-bind-address", metrics, "--metrics-secure=false", "--health-probe-bind-address", "0",
+		"--zap-log-level", "error",
+	}
+	args = append(args, extra...)
+	logFile, err := os.Create(filepath.Join(dir, "manager.log"))
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		h.T.Fatal(err)
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{}), LogPath: logFile.Name(), MetricsAddr: metrics}
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
+	h.T.Cleanup(p.Kill)
+	return p
+}
+
+// Kill ends the process with SIGKILL and waits for it: no cleanup runs, as in a crash.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// RSS is the process's resident memory in bytes (VmRSS from /proc).
+func (p *Process) RSS() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", p.cmd.Process.Pid)
+}
+
+// Log returns the process's log so far (for failure messages).
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}
+
+// freeAddr picks a free loopback port.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
