@@ -116,24 +116,30 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := start(srv, *listen, *tlsCert, *tlsKey); err != nil {
+	baseURL, err := start(srv, *listen, *tlsCert, *tlsKey)
+	if err != nil {
 		return errors.Join(err, srv.Close())
 	}
+	adminFile := *adminCredentialFile
+	if adminFile == "" {
+		adminFile = *credentialFile
+	}
+	// The admin credential itself is never printed: the line names the file that holds it.
+	fmt.Printf("approval page: %s/ui/ (sign in once with %s/ui/?token=<the admin credential in %s>)\n", baseURL, baseURL, adminFile)
 	<-ctx.Done()
 	return srv.Close()
 }
 
-func start(srv *reference.Server, listen, certFile, keyFile string) error {
+// start serves plain HTTP, or HTTPS when a certificate is given, and returns the base URL.
+func start(srv *reference.Server, listen, certFile, keyFile string) (string, error) {
 	if certFile == "" {
-		_, err := srv.Start(listen)
-		return err
+		return srv.Start(listen)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return fmt.Errorf("loading the TLS key pair: %w", err)
+		return "", fmt.Errorf("loading the TLS key pair: %w", err)
 	}
-	_, err = srv.StartTLS(listen, cert)
-	return err
+	return srv.StartTLS(listen, cert)
 }
 
 func list(args []string, stdout io.Writer) error {

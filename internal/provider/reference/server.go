@@ -28,7 +28,8 @@ type Options struct {
 	DBPath string
 	// Credential is the bearer token every provider API call must present. Required.
 	Credential string
-	// AdminCredential is the bearer token of the admin API. Empty means Credential.
+	// AdminCredential is the bearer token of the admin API and of the approval page (/ui/). Empty means
+	// Credential.
 	AdminCredential string
 	// Clock stamps created_at, deadlines and decisions, and fires deadline expiry. Default: the real clock.
 	// Long-poll waits and fault delays are always measured in real time.
@@ -124,7 +125,7 @@ func New(opts Options) (*Server, error) {
 	if err := s.resume(); err != nil {
 		return nil, errors.Join(err, st.close(), removeAll(tempDir))
 	}
-	s.handler = s.routes()
+	s.handler = s.withApprovalPage(s.routes())
 	return s, nil
 }
 
@@ -146,7 +147,7 @@ func removeAll(dir string) error {
 	return os.RemoveAll(dir)
 }
 
-// Handler returns the HTTP handler of the provider and admin APIs.
+// Handler returns the HTTP handler of the provider and admin APIs and of the approval page.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Faults returns the server's fault rules, to change at runtime.
