@@ -38,6 +38,7 @@ func main() {
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
 	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "Metrics address; 0 disables.")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the apiserver authorizes (false: plain HTTP).")
+	flag.StringVar(&o.PprofBindAddress, "pprof-bind-address", "", "Serve Go's pprof profiles on this address (empty: off).")
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Health probe address.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

@@ -46,6 +46,8 @@ type Options struct {
 	// MetricsSecure serves metrics over HTTPS, allowing only callers authorized by the apiserver.
 	MetricsSecure          bool
 	HealthProbeBindAddress string
+	// PprofBindAddress serves net/http/pprof (empty or "0": off).
+	PprofBindAddress string
 }
 
 // Scheme is the scheme Toolgate's manager uses.
@@ -89,10 +91,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                  Scheme(),
 		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		PprofBindAddress:        o.PprofBindAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "toolgate.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Cache: cache.Options{DefaultNamespaces: namespaces, ByObject: map[client.Object]cache.ByObject{
+		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
+		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
 		}},
 	})

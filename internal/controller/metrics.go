@@ -40,7 +40,7 @@ func CountProviderError(op, code string) { providerRequestErrors.WithLabelValues
 
 var apiserverWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "toolgate_apiserver_writes_total",
-	Help: "Write requests (create, update, patch, delete) the manager sent to the apiserver, by resource (with subresource) and HTTP method.",
+	Help: "Write requests (create, update, patch, delete; dry runs excluded) the manager sent to the apiserver, by resource (with subresource) and HTTP method.",
 }, []string{"resource", "method"})
 
 func init() { metrics.Registry.MustRegister(apiserverWrites) }
@@ -50,6 +50,9 @@ func countWrites(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		switch req.Method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			if req.URL.Query().Has("dryRun") {
+				break // validated, not stored
+			}
 			apiserverWrites.WithLabelValues(resourceOf(req.URL.Path), req.Method).Inc()
 		}
 		return rt.RoundTrip(req)

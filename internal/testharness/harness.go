@@ -5,6 +5,7 @@ package testharness
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,6 +89,7 @@ type Harness struct {
 	providerOpts reference.Options
 	clientOpts   provider.Options
 	noManager    bool
+	providerTLS  *tls.Certificate
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -114,6 +116,12 @@ func WithProviderClient(f func(*provider.Options)) Option {
 	return func(h *Harness) { f(&h.clientOpts) }
 }
 
+// WithProviderTLS serves the reference provider over TLS with cert (StartTLS) instead of plain HTTP.
+// The provider client trusts the system pool unless WithProviderClient sets a CAFile.
+func WithProviderTLS(cert tls.Certificate) Option {
+	return func(h *Harness) { h.providerTLS = &cert }
+}
+
 // WithoutManager leaves the manager stopped: the test starts it (Start) or runs its own.
 func WithoutManager() Option { return func(h *Harness) { h.noManager = true } }
 
@@ -127,7 +135,12 @@ func TestTiming() controller.Timing {
 func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	t.Helper()
 	g := NewWithT(t)
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	ns := fmt.Sprintf("tc-%d-%s", nsCounter.Add(1), name)
 	if len(ns) > 60 {
 		ns = ns[:60]
@@ -157,7 +170,11 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	srv, err := reference.New(h.providerOpts)
 	g.Expect(err).NotTo(HaveOccurred())
 	h.Provider = srv
-	h.URL, err = srv.Start("127.0.0.1:0")
+	if h.providerTLS != nil {
+		h.URL, err = srv.StartTLS("127.0.0.1:0", *h.providerTLS)
+	} else {
+		h.URL, err = srv.Start("127.0.0.1:0")
+	}
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = srv.Close() })
 

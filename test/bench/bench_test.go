@@ -1,0 +1,524 @@
+// Package bench measures Toolgate's event-driven long-poll design against the baseline most
+// Kubernetes approval controllers use (requeue the object and read the provider every 5s), in one
+// run, on one machine: envtest's apiserver, the reference provider on loopback, and the manager as
+// its own process (so its memory is its own).
+//
+//	make bench                                   # all sizes, writes docs/performance.md
+//	go test ./test/bench/ -run '^$' -bench . -benchtime 1x -args -bench.sizes=100
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/zap/zapcore"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/internal/provider"
+	th "toolgate.dev/toolgate/internal/testharness"
+)
+
+var (
+	sizesFlag   = flag.String("bench.sizes", "100,1000,10000", "numbers of pending ToolCalls")
+	modesFlag   = flag.String("bench.modes", "longpoll,requeue", "designs to measure: longpoll (Toolgate) and requeue (the baseline)")
+	window      = flag.Duration("bench.window", time.Minute, "steady-state window over which provider requests and writes are counted")
+	decisions   = flag.Int("bench.decisions", 200, "approvals whose decision-to-Job latency is measured (at most N)")
+	throughputN = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
+	workers     = flag.Int("bench.workers", 8, "manager reconcile workers (--max-concurrent-reconciles)")
+	pprofDir    = flag.String("bench.pprof", "", "directory to save the manager heap profile in at the end of each steady window")
+	writeDoc    = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
+)
+
+var (
+	env     *th.Env
+	results []string
+	thrRows []string
+	ceiling float64
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	var err error
+	env, err = th.StartEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	if code == 0 && len(results)+len(thrRows) > 0 {
+		table := report()
+		fmt.Println(table)
+		if *writeDoc != "" {
+			if err := replaceSection(*writeDoc, table); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+func modeArgs(mode string) []string {
+	args := []string{"--max-concurrent-reconciles", strconv.Itoa(*workers)}
+	if mode == "requeue" {
+		args = append(args, "--requeue-poll", "5s")
+	}
+	return args
+}
+
+func sizes() []int {
+	var out []int
+	for _, s := range strings.Split(*sizesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// newWorld is a namespace, a reference provider and a manager process in the given mode, with the
+// design's default margins and a 30s long-poll wait.
+func newWorld(b *testing.B, mode string) (*th.Harness, *th.Process) {
+	h := th.New(b, env, th.WithoutManager(), th.WithPollWait(30*time.Second))
+	h.Opts.Timing = controller.DefaultTiming()
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	args := modeArgs(mode)
+	if *pprofDir != "" {
+		args = append(args, "--pprof-bind-address", "127.0.0.1:6065")
+	}
+	p := h.StartProcess(args...)
+	h.G.Eventually(func() error { _, err := scrape(p); return err }).WithTimeout(time.Minute).Should(Succeed())
+	return h, p
+}
+
+// BenchmarkPending: N ToolCalls wait for a human; decisions arrive at random times.
+func BenchmarkPending(b *testing.B) {
+	for _, mode := range strings.Split(*modesFlag, ",") {
+		for _, n := range sizes() {
+			b.Run(fmt.Sprintf("mode=%s/N=%d", mode, n), func(b *testing.B) {
+				for range b.N {
+					results = append(results, pending(b, mode, n))
+				}
+			})
+		}
+	}
+}
+
+func pending(b *testing.B, mode string, n int) string {
+	h, p := newWorld(b, mode)
+	g := h.G
+	ctx := context.Background()
+	idleRSS, err := p.RSS()
+	g.Expect(err).NotTo(HaveOccurred())
+	idle, err := scrape(p)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	jobsSeen := watchJobs(b, h)
+	names := createToolCalls(b, h, n, 30*time.Minute)
+	g.Eventually(func() int64 { return h.Provider.Stats().Creates }).WithTimeout(30*time.Minute).WithPolling(time.Second).
+		Should(BeNumerically("==", n), "requests submitted")
+	g.Eventually(func() int { return countPhase(ctx, h, tg.PhaseAwaitingApproval) }).WithTimeout(10*time.Minute).WithPolling(2*time.Second).
+		Should(Equal(n), "ToolCalls AwaitingApproval")
+
+	// Steady state: nothing changes; count what waiting costs.
+	before, err := scrape(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	s0 := h.Provider.Stats()
+	<-time.After(*window)
+	s1 := h.Provider.Stats()
+	after, err := scrape(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	rss, err := p.RSS()
+	g.Expect(err).NotTo(HaveOccurred())
+	if *pprofDir != "" {
+		saveHeap(b, filepath.Join(*pprofDir, fmt.Sprintf("heap-%s-%d.pb.gz", mode, n)))
+	}
+	reqs := float64((s1.Gets-s0.Gets)+(s1.Submits-s0.Submits)+(s1.Cancels-s0.Cancels)) / float64(n) / window.Minutes()
+	steadyWrites := after.writes("") - before.writes("")
+	heapPer := (after.gauge("go_memstats_heap_inuse_bytes") - idle.gauge("go_memstats_heap_inuse_bytes")) / float64(n)
+	rssPer := float64(rss-idleRSS) / float64(n)
+
+	// Decisions at random times over 10s; latency from the approval to the Job being seen.
+	d := min(*decisions, n)
+	approved := map[string]time.Time{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, i := range rand.Perm(n)[:d] {
+		tc := h.Get(names[i])
+		at := time.Duration(rand.Int64N(int64(10 * time.Second)))
+		wg.Add(1)
+		time.AfterFunc(at, func() {
+			defer wg.Done()
+			exp := time.Now().Add(10 * time.Minute)
+			mu.Lock()
+			approved[string(tc.UID)] = time.Now()
+			mu.Unlock()
+			_, err := h.Provider.Decide(tc.Status.RequestID, provider.StatusApproved, "ok", &exp)
+			if err != nil {
+				b.Errorf("deciding %s: %v", tc.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	var lat []time.Duration
+	g.Eventually(func() int {
+		lat = lat[:0]
+		mu.Lock()
+		defer mu.Unlock()
+		for uid, t0 := range approved {
+			if t1, ok := jobsSeen.get(uid); ok {
+				lat = append(lat, t1.Sub(t0))
+			}
+		}
+		return len(lat)
+	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(d), "Jobs created for the approvals")
+	slices.Sort(lat)
+
+	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.1f | %.1f |",
+		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, steadyWrites, rssPer/1024, heapPer/1024)
+	b.Logf("%s\n%s", header, row)
+	p.Kill()
+	return row
+}
+
+const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | apiserver writes in the steady window | RSS KiB / pending | Go heap KiB / pending |\n|---|---|---|---|---|---|---|---|"
+
+// BenchmarkThroughput: ToolCalls from creation to Succeeded as fast as the system allows, approved
+// as soon as they are pending, Jobs finished as soon as they exist.
+func BenchmarkThroughput(b *testing.B) {
+	ceiling = apiserverCeiling(b)
+	b.Logf("apiserver write ceiling: %.0f writes/s", ceiling)
+	for _, mode := range strings.Split(*modesFlag, ",") {
+		b.Run("mode="+mode, func(b *testing.B) {
+			for range b.N {
+				thrRows = append(thrRows, throughput(b, mode, *throughputN))
+			}
+		})
+	}
+}
+
+func throughput(b *testing.B, mode string, n int) string {
+	h, p := newWorld(b, mode)
+	g := h.G
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go autoApprove(ctx, h)
+	go kubelet(ctx, b, h)
+	before, err := scrape(p)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	start := time.Now()
+	createToolCalls(b, h, n, 10*time.Minute)
+	g.Eventually(func() int { return countPhase(ctx, h, tg.PhaseSucceeded) }).WithTimeout(20*time.Minute).WithPolling(250*time.Millisecond).
+		Should(Equal(n), "ToolCalls Succeeded")
+	elapsed := time.Since(start)
+	rate := float64(n) / elapsed.Seconds()
+
+	// Let the last writes (finalizer removal, events) land, then count.
+	var after metricsSnapshot
+	g.Eventually(func() float64 {
+		a, err := scrape(p)
+		if err != nil {
+			return -1
+		}
+		prev := after.writes("")
+		after = a
+		return after.writes("") - prev
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(BeZero())
+	per := func(res string) float64 { return (after.writes(res) - before.writes(res)) / float64(n) }
+	state := per("toolcalls") + per("toolcalls/status") + per("jobs")
+	target := 0.7 * ceiling / state
+	row := fmt.Sprintf("| %s | %d | %.1f s | %.1f | %.2f | %.2f | %.2f | %.2f | %.1f | %.0f | %.1f |",
+		mode, n, elapsed.Seconds(), rate, per("toolcalls"), per("toolcalls/status"), per("jobs"), state, per("events"), ceiling, target)
+	b.Logf("%s\n%s", thrHeader, row)
+	p.Kill()
+	return row
+}
+
+const thrHeader = "| Design | ToolCalls | Wall time | ToolCalls / s | ToolCall writes | status writes | Job creates | state writes / ToolCall | events / ToolCall | apiserver ceiling (writes/s) | 70% of ceiling / state writes |\n|---|---|---|---|---|---|---|---|---|---|---|"
+
+// apiserverCeiling measures the apiserver's own write rate on this machine: 32 clients creating and
+// patching ConfigMaps for 10s.
+func apiserverCeiling(b *testing.B) float64 {
+	g := NewWithT(b)
+	ns := "ceiling"
+	g.Expect(client.IgnoreAlreadyExists(env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))).To(Succeed())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var writes atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("w%d-%d", w, i)}, Data: map[string]string{"a": "1"}}
+				if env.Client.Create(ctx, cm) != nil {
+					continue
+				}
+				writes.Add(1)
+				patch := client.RawPatch(types.MergePatchType, []byte(`{"data":{"b":"2"}}`))
+				if env.Client.Patch(ctx, cm, patch) == nil {
+					writes.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(writes.Load()) / time.Since(start).Seconds()
+}
+
+// createToolCalls creates n ToolCalls with 32 concurrent clients and returns their names.
+func createToolCalls(b *testing.B, h *th.Harness, n int, limit time.Duration) []string {
+	names := make([]string, n)
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				names[i] = fmt.Sprintf("call-%05d", i)
+				tc := h.NewToolCall(names[i], "issue_refund", fmt.Sprintf(`{"payment_id":"p-%d","amount":%d,"currency":"GBP"}`, i, i+1), limit, nil)
+				if err := h.K8s.Create(context.Background(), tc); err != nil {
+					b.Errorf("creating %s: %v", names[i], err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return names
+}
+
+func countPhase(ctx context.Context, h *th.Harness, phase tg.ToolCallPhase) int {
+	list := &tg.ToolCallList{}
+	if err := h.K8s.List(ctx, list, client.InNamespace(h.NS)); err != nil {
+		return -1
+	}
+	n := 0
+	for _, tc := range list.Items {
+		if tc.Status.Phase == phase {
+			n++
+		}
+	}
+	return n
+}
+
+// seen records when the test first saw each ToolCall's Job (by the ToolCall UID label).
+type seen struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (s *seen) get(uid string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.at[uid]
+	return t, ok
+}
+
+func watchJobs(b *testing.B, h *th.Harness) *seen {
+	s := &seen{at: map[string]time.Time{}}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
+	h.G.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	w, err := wc.Watch(ctx, &batchv1.JobList{}, client.InNamespace(h.NS))
+	h.G.Expect(err).NotTo(HaveOccurred())
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added {
+				continue
+			}
+			now := time.Now()
+			if job, ok := ev.Object.(*batchv1.Job); ok {
+				s.mu.Lock()
+				if _, dup := s.at[job.Labels[tg.LabelToolCallUID]]; !dup {
+					s.at[job.Labels[tg.LabelToolCallUID]] = now
+				}
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+// autoApprove approves every pending request as it appears.
+func autoApprove(ctx context.Context, h *th.Harness) {
+	pace := time.NewTicker(20 * time.Millisecond)
+	defer pace.Stop()
+	for ctx.Err() == nil {
+		reqs, _ := h.Provider.List(provider.StatusPending)
+		for _, r := range reqs {
+			exp := time.Now().Add(10 * time.Minute)
+			_, _ = h.Provider.Decide(r.ID, provider.StatusApproved, "ok", &exp)
+		}
+		select {
+		case <-ctx.Done():
+		case <-pace.C:
+		}
+	}
+}
+
+// kubelet finishes every Job as soon as it is created.
+func kubelet(ctx context.Context, b *testing.B, h *th.Harness) {
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	w, err := wc.Watch(ctx, &batchv1.JobList{}, client.InNamespace(h.NS))
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	for ev := range w.ResultChan() {
+		if job, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added {
+			go func() { _ = th.FinishJob(ctx, h.K8s, h.NS, job.Name, true, "refunded") }()
+		}
+	}
+}
+
+// metricsSnapshot is one scrape of the manager's /metrics.
+type metricsSnapshot map[string]*dto.MetricFamily
+
+func scrape(p *th.Process) (metricsSnapshot, error) {
+	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// writes sums toolgate_apiserver_writes_total for a resource ("" for all).
+func (m metricsSnapshot) writes(resource string) float64 {
+	f, ok := m["toolgate_apiserver_writes_total"]
+	if !ok {
+		return 0
+	}
+	total := 0.0
+	for _, s := range f.GetMetric() {
+		for _, l := range s.GetLabel() {
+			if l.GetName() == "resource" && (resource == "" || l.GetValue() == resource) {
+				total += s.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func (m metricsSnapshot) gauge(name string) float64 {
+	f, ok := m[name]
+	if !ok || len(f.GetMetric()) == 0 {
+		return 0
+	}
+	return f.GetMetric()[0].GetGauge().GetValue()
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := (len(d)*p+99)/100 - 1
+	return d[max(0, min(i, len(d)-1))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func report() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s on a %d-CPU machine, with `go test ./test/bench/ -run '^$' -bench . -benchtime 1x -args -bench.sizes=%s -bench.window=%s -bench.decisions=%d -bench.throughput=%d -bench.workers=%d`.\n\n",
+		time.Now().UTC().Format("2006-01-02"), numCPU(), *sizesFlag, *window, *decisions, *throughputN, *workers)
+	if len(results) > 0 {
+		fmt.Fprintf(&b, "### Pending ToolCalls\n\n%s\n", header)
+		sort.Strings(results)
+		for _, r := range results {
+			fmt.Fprintln(&b, r)
+		}
+		b.WriteString("\n")
+	}
+	if len(thrRows) > 0 {
+		fmt.Fprintf(&b, "### End-to-end throughput\n\n%s\n", thrHeader)
+		for _, r := range thrRows {
+			fmt.Fprintln(&b, r)
+		}
+	}
+	return b.String()
+}
+
+const beginMark, endMark = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+// replaceSection writes table between the bench markers of path.
+func replaceSection(path, table string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(data)
+	i, j := strings.Index(s, beginMark), strings.Index(s, endMark)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s ... %s section", path, beginMark, endMark)
+	}
+	s = s[:i+len(beginMark)] + "\n" + table + "\n" + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+func numCPU() int { return runtime.NumCPU() }
+
+func saveHeap(b *testing.B, path string) {
+	resp, err := http.Get("http://127.0.0.1:6065/debug/pprof/heap?gc=1")
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		b.Error(err)
+	}
+}
