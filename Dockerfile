@@ -1,4 +1,4 @@
-# Build the manager and the reference approvals provider.
+# Build the manager, the reference approvals provider and the MCP gateway.
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -14,6 +14,7 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
+COPY pkg/ pkg/
 
 # Static binaries (no cgo): the distroless/static base has no libc.
 # GOARCH has no default, so the binaries are built for the platform of the host where the command
@@ -21,7 +22,9 @@ COPY internal/ internal/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags "-s -w" -o manager ./cmd && \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o reference-provider ./cmd/reference-provider
+    go build -trimpath -ldflags "-s -w" -o reference-provider ./cmd/reference-provider && \
+    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags "-s -w" -o toolgate-mcp ./cmd/toolgate-mcp
 
 # Use distroless as minimal base image to package the binaries.
 # Refer to https://github.com/GoogleContainerTools/distroless for more details.
@@ -29,6 +32,7 @@ FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /workspace/manager .
 COPY --from=builder /workspace/reference-provider .
+COPY --from=builder /workspace/toolgate-mcp .
 USER 65532:65532
 
 # The manager by default; run the reference provider with --entrypoint /reference-provider.

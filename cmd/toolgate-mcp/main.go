@@ -1,0 +1,150 @@
+// Command toolgate-mcp serves a namespace's Toolgate Tools to MCP clients (docs/mcp-gateway.md): each
+// Tool is an MCP tool, and each tools/call becomes a ToolCall that a human approves before it runs.
+// It speaks MCP's streamable HTTP transport on --listen, or stdio with --stdio.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/mcpgateway"
+)
+
+// inClusterNamespaceFile holds the namespace of the Pod's ServiceAccount.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+func main() {
+	var (
+		listen, namespace, logLevel string
+		stdio                       bool
+		sessionTimeout              time.Duration
+		o                           mcpgateway.Options
+	)
+	flag.StringVar(&listen, "listen", "127.0.0.1:8090", "Address of the streamable HTTP endpoint (served at every path, e.g. http://127.0.0.1:8090/mcp).")
+	flag.BoolVar(&stdio, "stdio", false, "Serve one MCP session on stdin/stdout instead of HTTP.")
+	flag.StringVar(&namespace, "namespace", "", "Namespace whose Tools are served and where ToolCalls are created. Default: the Pod's namespace when run in a cluster.")
+	flag.DurationVar(&o.WaitingLimit, "waiting-limit", mcpgateway.DefaultWaitingLimit, "Each ToolCall's spec.waitingLimit, unless a call sets _meta "+mcpgateway.MetaWaitingLimit+".")
+	flag.DurationVar(&o.Timeout, "approval-timeout", 0, "Each ToolCall's spec.timeout (approval timeout); 0 lets the controller choose the largest that fits.")
+	flag.BoolVar(&o.Progress, "progress", true, "Send notifications/progress with the ToolCall's phase to clients that ask for progress.")
+	flag.DurationVar(&sessionTimeout, "session-timeout", 0, "Close HTTP sessions idle for this long (0: never).")
+	flag.StringVar(&logLevel, "log-level", "info", "Log level on stderr: debug, info, warn or error.")
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fail(2, "--log-level %q: use debug, info, warn or error", logLevel)
+	}
+	// stdout carries the MCP session with --stdio: logs go to stderr only.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	o.Logger = logger
+
+	if namespace == "" {
+		b, err := os.ReadFile(inClusterNamespaceFile)
+		if err != nil {
+			fail(2, "--namespace is required outside a cluster (%s is not readable: %v)", inClusterNamespaceFile, err)
+		}
+		namespace = strings.TrimSpace(string(b))
+	}
+	if o.WaitingLimit <= 0 {
+		fail(2, "--waiting-limit must be positive, e.g. 10m")
+	}
+	if o.Timeout < 0 {
+		fail(2, "--approval-timeout must be 0 (the controller chooses) or positive, e.g. 5m")
+	}
+
+	cfg, err := config.GetConfig()
+	if err != nil {
+		fail(1, "no Kubernetes configuration (use --kubeconfig, $KUBECONFIG or run in a cluster): %v", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := tg.AddToScheme(scheme); err != nil {
+		fail(1, "building the scheme: %v", err)
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fail(1, "building the Kubernetes client: %v", err)
+	}
+	g := mcpgateway.New(c, namespace, o)
+
+	signals, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// run outlives the signal by the time Close takes to abandon the calls in progress.
+	run, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	go func() {
+		if err := g.Run(run); err != nil {
+			logger.Error("keeping the tool list up to date stopped", "error", err)
+		}
+	}()
+
+	if stdio {
+		logger.Info("serving MCP on stdio", "namespace", namespace)
+		done := make(chan error, 1)
+		go func() { done <- g.Server().Run(run, &mcp.StdioTransport{}) }()
+		select {
+		case err := <-done: // the client closed stdin
+			if err != nil && !errors.Is(err, context.Canceled) {
+				logger.Error("MCP session ended", "error", err)
+			}
+		case <-signals.Done():
+			shutdown(g, logger)
+			cancelRun()
+			<-done
+		}
+		return
+	}
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fail(1, "--listen %s: %v", listen, err)
+	}
+	srv := &http.Server{
+		Handler:           g.HTTPHandler(&mcp.StreamableHTTPOptions{Logger: logger, SessionTimeout: sessionTimeout}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "namespace", namespace)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		fail(1, "serving HTTP: %v", err)
+	case <-signals.Done():
+	}
+	shutdown(g, logger)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		// Open event streams never become idle: close what is left.
+		_ = srv.Close()
+	}
+}
+
+// shutdown abandons the calls still waiting, so that none of them runs for a client that is gone.
+func shutdown(g *mcpgateway.Gateway, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.Close(ctx); err != nil {
+		logger.Error("abandoning the calls in progress", "error", err)
+	}
+}
+
+func fail(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "toolgate-mcp: "+format+"\n", args...)
+	os.Exit(code)
+}
