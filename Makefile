@@ -65,15 +65,28 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest; builds controller-gen and the envtest binaries on first use.
+test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, including the short chaos run and the browser tests; builds controller-gen and the envtest binaries on first use.
+	@bash hack/install-test-deps.sh
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
 	CONTROLLER_GEN="$(CONTROLLER_GEN)" go test ./... -race -count=1 -timeout 25m $(GO_TEST_FLAGS)
 
 .PHONY: bench
-bench: ## Run the benchmarks under test/bench once each (-benchtime 1x) against envtest.
-	@[ -d test/bench ] || { echo "make bench: there are no benchmarks (test/bench does not exist)" >&2; exit 1; }
+bench: ## Run the benchmarks (long polls against the requeue-polling baseline, 100 to 10,000 pending) and write the results into docs/performance.md.
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
-	go test ./test/bench/... -run '^$$' -bench . -benchtime 1x $(BENCH_FLAGS)
+	go test ./test/bench/ -run '^$$' -bench . -benchtime 1x -timeout 90m -args -bench.write="$(CURDIR)/docs/performance.md" $(BENCH_FLAGS)
+
+.PHONY: chaos
+chaos: ## Run the full chaos run (500 ToolCalls, provider faults, manager killed every few seconds) and print its invariant table.
+	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
+	go test ./test/chaos/ -run TestChaos -count=1 -v -timeout 30m -args -chaos.calls=500 $(CHAOS_FLAGS)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target (provider responses, decision logic) for FUZZTIME (default 60s).
+	@set -e; for pkg in ./internal/provider/ ./internal/controller/; do \
+	  for target in $$(go test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
+	    echo "== $$pkg $$target"; go test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(or $(FUZZTIME),60s); \
+	  done; \
+	done
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/k8s/ (cached; skipped when KUBEBUILDER_ASSETS is set) and print the directory.
@@ -86,9 +99,11 @@ dev: ## Run Toolgate end to end locally (control plane, manager, reference provi
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager (bin/manager) and the reference approvals provider (bin/reference-provider).
+build: ## Build the manager, the reference approvals provider, the kubectl plugin and the MCP gateway into bin/.
 	go build -o "$(LOCALBIN)/manager" ./cmd
 	go build -o "$(LOCALBIN)/reference-provider" ./cmd/reference-provider
+	go build -o "$(LOCALBIN)/kubectl-toolcall" ./cmd/kubectl-toolcall
+	go build -o "$(LOCALBIN)/toolgate-mcp" ./cmd/toolgate-mcp
 
 .PHONY: run
 run: ## Run the manager from your host against the cluster in your kubeconfig (pass flags with ARGS=...).

@@ -31,7 +31,11 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
 	case tg.PhaseSucceeded, tg.PhaseFailed:
 		setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonApproved, "A human approved the call while the approval was valid.")
-		setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
+		if tc.Status.JobName != "" {
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
+		} else { // approved, but the Job could not be created (Tool gone, Job refused)
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool did not run.")
+		}
 		setCondition(tc, tg.ConditionReady, metav1.ConditionTrue, reason, message)
 	default: // Denied, Expired, ApprovalUnavailable, Cancelled, Rejected: the tool never runs.
 		setCondition(tc, tg.ConditionApproved, metav1.ConditionFalse, reason, message)

@@ -5,7 +5,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
 var t0 = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
@@ -112,5 +116,28 @@ func TestActiveDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			NewWithT(t).Expect(tm.ActiveDeadline(w, tc.now)).To(Equal(tc.want))
 		})
+	}
+}
+
+// Executed is True only when a Job was created: an approved call whose Job could not be created
+// failed without running.
+func TestExecutedFollowsTheJob(t *testing.T) {
+	g := NewWithT(t)
+	for _, c := range []struct {
+		phase tg.ToolCallPhase
+		job   string
+		want  metav1.ConditionStatus
+	}{
+		{tg.PhaseRunning, "refund-1", metav1.ConditionTrue},
+		{tg.PhaseSucceeded, "refund-1", metav1.ConditionTrue},
+		{tg.PhaseFailed, "refund-1", metav1.ConditionTrue},
+		{tg.PhaseFailed, "", metav1.ConditionFalse},
+		{tg.PhaseDenied, "", metav1.ConditionFalse},
+		{tg.PhaseAwaitingApproval, "", metav1.ConditionFalse},
+	} {
+		tc := &tg.ToolCall{}
+		tc.Status.JobName = c.job
+		setPhase(tc, c.phase, "Reason", "message")
+		g.Expect(meta.FindStatusCondition(tc.Status.Conditions, tg.ConditionExecuted).Status).To(Equal(c.want), "%s job=%q", c.phase, c.job)
 	}
 }

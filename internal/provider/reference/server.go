@@ -42,6 +42,10 @@ type Options struct {
 	DefaultApprovalValidity time.Duration
 	// FaultSeed seeds the source that probabilistic fault rules draw from.
 	FaultSeed uint64
+	// HTTP2 offers HTTP/2 on TLS (StartTLS), as most HTTPS providers do: many long polls then share a
+	// few connections. Connection faults (reset, drop after commit) then act on every stream of the
+	// connection, so fault tests leave it off.
+	HTTP2 bool
 	// Logger receives one line per state change. The credentials are never logged. Default: discard.
 	Logger logr.Logger
 }
@@ -170,12 +174,16 @@ func (s *Server) Start(addr string) (string, error) {
 }
 
 // StartTLS is Start over TLS with the given certificate. It serves HTTP/1.1 only, so that every fault can
-// act on the connection.
+// act on the connection, unless Options.HTTP2 is set.
 func (s *Server) StartTLS(addr string, cert tls.Certificate) (string, error) {
+	protos := []string{"http/1.1"}
+	if s.opts.HTTP2 {
+		protos = []string{"h2", "http/1.1"}
+	}
 	ln, err := tls.Listen("tcp", addr, &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"http/1.1"},
+		NextProtos:   protos,
 	})
 	if err != nil {
 		return "", fmt.Errorf("reference provider: %w", err)
