@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +44,8 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/controller"
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/testcert"
 	th "toolgate.dev/toolgate/internal/testharness"
 )
 
@@ -53,6 +56,7 @@ var (
 	decisions   = flag.Int("bench.decisions", 200, "approvals whose decision-to-Job latency is measured (at most N)")
 	throughputN = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
 	workers     = flag.Int("bench.workers", 8, "manager reconcile workers (--max-concurrent-reconciles)")
+	useTLS      = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
 	pprofDir    = flag.String("bench.pprof", "", "directory to save the manager heap profile in at the end of each steady window")
 	writeDoc    = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
 )
@@ -110,13 +114,21 @@ func sizes() []int {
 // newWorld is a namespace, a reference provider and a manager process in the given mode, with the
 // design's default margins and a 30s long-poll wait.
 func newWorld(b *testing.B, mode string) (*th.Harness, *th.Process) {
-	h := th.New(b, env, th.WithoutManager(), th.WithPollWait(30*time.Second))
+	opts := []th.Option{th.WithoutManager(), th.WithPollWait(30 * time.Second)}
+	args := modeArgs(mode)
+	if *useTLS {
+		ca := testcert.NewCA(b, "bench provider CA")
+		caFile := filepath.Join(b.TempDir(), "ca.pem")
+		NewWithT(b).Expect(os.WriteFile(caFile, ca.PEM, 0o600)).To(Succeed())
+		opts = append(opts, th.WithProviderTLS(ca.ServerCert(b)), th.WithProvider(func(o *reference.Options) { o.HTTP2 = true }),
+			th.WithProviderClient(func(o *provider.Options) { o.CAFile = caFile }))
+		args = append(args, "--provider-ca-file", caFile)
+	}
+	h := th.New(b, env, opts...)
 	h.Opts.Timing = controller.DefaultTiming()
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	args := modeArgs(mode)
-	if *pprofDir != "" {
-		args = append(args, "--pprof-bind-address", "127.0.0.1:6065")
-	}
+	pprofAddr = freeAddr(b)
+	args = append(args, "--pprof-bind-address", pprofAddr)
 	p := h.StartProcess(args...)
 	h.G.Eventually(func() error { _, err := scrape(p); return err }).WithTimeout(time.Minute).Should(Succeed())
 	return h, p
@@ -141,8 +153,7 @@ func pending(b *testing.B, mode string, n int) string {
 	ctx := context.Background()
 	idleRSS, err := p.RSS()
 	g.Expect(err).NotTo(HaveOccurred())
-	idle, err := scrape(p)
-	g.Expect(err).NotTo(HaveOccurred())
+	idleLive := liveBytes(b, p, "")
 
 	jobsSeen := watchJobs(b, h)
 	names := createToolCalls(b, h, n, 30*time.Minute)
@@ -161,12 +172,13 @@ func pending(b *testing.B, mode string, n int) string {
 	g.Expect(err).NotTo(HaveOccurred())
 	rss, err := p.RSS()
 	g.Expect(err).NotTo(HaveOccurred())
+	profile := ""
 	if *pprofDir != "" {
-		saveHeap(b, filepath.Join(*pprofDir, fmt.Sprintf("heap-%s-%d.pb.gz", mode, n)))
+		profile = filepath.Join(*pprofDir, fmt.Sprintf("heap-%s-%d.pb.gz", mode, n))
 	}
+	livePer := (liveBytes(b, p, profile) - idleLive) / float64(n)
 	reqs := float64((s1.Gets-s0.Gets)+(s1.Submits-s0.Submits)+(s1.Cancels-s0.Cancels)) / float64(n) / window.Minutes()
 	steadyWrites := after.writes("") - before.writes("")
-	heapPer := (after.gauge("go_memstats_heap_inuse_bytes") - idle.gauge("go_memstats_heap_inuse_bytes")) / float64(n)
 	rssPer := float64(rss-idleRSS) / float64(n)
 
 	// Decisions at random times over 10s; latency from the approval to the Job being seen.
@@ -206,13 +218,13 @@ func pending(b *testing.B, mode string, n int) string {
 	slices.Sort(lat)
 
 	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.1f | %.1f |",
-		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, steadyWrites, rssPer/1024, heapPer/1024)
+		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, steadyWrites, rssPer/1024, livePer/1024)
 	b.Logf("%s\n%s", header, row)
 	p.Kill()
 	return row
 }
 
-const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | apiserver writes in the steady window | RSS KiB / pending | Go heap KiB / pending |\n|---|---|---|---|---|---|---|---|"
+const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | apiserver writes in the steady window | RSS KiB / pending | live heap + stacks KiB / pending |\n|---|---|---|---|---|---|---|---|"
 
 // BenchmarkThroughput: ToolCalls from creation to Succeeded as fast as the system allows, approved
 // as soon as they are pending, Jobs finished as soon as they exist.
@@ -507,18 +519,37 @@ func replaceSection(path, table string) error {
 
 func numCPU() int { return runtime.NumCPU() }
 
-func saveHeap(b *testing.B, path string) {
-	resp, err := http.Get("http://127.0.0.1:6065/debug/pprof/heap?gc=1")
+var pprofAddr string
+
+// liveBytes forces a garbage collection in the manager (through pprof), optionally saving the heap
+// profile, then reads its live heap and goroutine stacks.
+func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?gc=1")
 	if err != nil {
-		b.Error(err)
-		return
+		b.Fatal(err)
 	}
-	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
-	if err == nil {
-		err = os.WriteFile(path, data, 0o644)
-	}
+	resp.Body.Close()
 	if err != nil {
-		b.Error(err)
+		b.Fatal(err)
 	}
+	if profile != "" {
+		if err := os.WriteFile(profile, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := scrape(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
