@@ -52,6 +52,9 @@ const (
 	ReasonJobRefused  = "JobRefused"
 	// ReasonArgumentsChanged: the approval covers other arguments than the spec now holds.
 	ReasonArgumentsChanged = "ArgumentsChanged"
+	// ReasonAcceptanceRecordInvalid: the ToolCall carries the finalizer but its acceptance annotations
+	// are missing or are not values the controller would write (e.g. created with them).
+	ReasonAcceptanceRecordInvalid = "AcceptanceRecordInvalid"
 )
 
 // Annotations the controller writes when it accepts a ToolCall (with its finalizer, before the first

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -113,14 +115,26 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 
 // submit admits a new ToolCall (or rejects it) and submits its approval request, idempotently.
 func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
-		rej, err := r.admit(ctx, tc)
-		if err != nil || rej != nil {
-			if rej != nil {
-				setPhase(tc, tg.PhaseRejected, rej.reason, rej.message)
-			}
-			return ctrl.Result{}, err
+	accepted := controllerutil.ContainsFinalizer(tc, tg.Finalizer)
+	var rej *rejection
+	var err error
+	if accepted {
+		// The finalizer and annotations record an earlier acceptance, but whoever may create a
+		// ToolCall may also write them: the record is trusted only if this controller could have
+		// written it.
+		rej, err = r.checkAcceptance(ctx, tc)
+	} else {
+		rej, err = r.admit(ctx, tc)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if rej != nil {
+		if accepted {
+			r.withdraw(ctx, tc)
 		}
+		setPhase(tc, tg.PhaseRejected, rej.reason, rej.message)
+		return ctrl.Result{}, nil
 	}
 	w, sub, err := r.submission(tc)
 	if err != nil {
@@ -181,6 +195,82 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	return nil, r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 }
 
+// checkAcceptance checks the acceptance record of a ToolCall that carries the finalizer, before its
+// request is submitted (again). It repeats every check of admit that does not depend on the instant
+// of admission, and requires the annotations to be values admit could have written: the Tool's
+// executionTimeout, and an approval timeout that is spec.timeout when set and fits the waiting limit
+// counted from creation. A genuine record passes, so a submission repeated after a crash is still the
+// same POST. The Job dry run is not repeated: it checks the Tool, not the ToolCall, it would add an
+// apiserver request to every repeated submission, and the Job is validated when it is created.
+func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*rejection, error) {
+	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
+	if rej != nil {
+		return rej, nil
+	}
+	timeout, rej := acceptedDuration(tc, tg.AnnotationApprovalTimeout)
+	if rej != nil {
+		return rej, nil
+	}
+	tool, rej, err := r.findTool(ctx, tc)
+	if err != nil || rej != nil {
+		return rej, err
+	}
+	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
+		return rej, nil
+	}
+	if rej := r.schemas.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
+		return rej, nil
+	}
+	if want := executionTimeout(tool); exec != want {
+		return notAccepted(fmt.Sprintf("annotation %s is %s while Tool %s has executionTimeout %s (if the Tool was changed after the ToolCall was accepted, create the ToolCall again)",
+			tg.AnnotationExecutionTimeout, exec, tool.Name, want)), nil
+	}
+	if tc.Spec.Timeout != nil {
+		if want := tc.Spec.Timeout.Duration.Truncate(time.Second); timeout != want {
+			return notAccepted(fmt.Sprintf("annotation %s is %s while spec.timeout is %s", tg.AnnotationApprovalTimeout, timeout, want)), nil
+		}
+	}
+	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: exec}
+	if timeout != timeout.Truncate(time.Second) || r.Timing.CheckFits(w, timeout, w.Created) != nil {
+		most := max(r.Timing.ApprovalLimit(w).Sub(w.Created)-r.Timing.FinalStateMargin, 0).Truncate(time.Second)
+		return notAccepted(fmt.Sprintf("annotation %s is %s while the approval timeouts that fit this ToolCall's waiting limit are whole seconds from 1s to %s",
+			tg.AnnotationApprovalTimeout, timeout, most)), nil
+	}
+	return nil, nil
+}
+
+// acceptedDuration reads one annotation of the acceptance record.
+func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *rejection) {
+	v, ok := tc.Annotations[key]
+	if !ok {
+		return 0, notAccepted(fmt.Sprintf("annotation %s is missing (the controller writes it together with the finalizer)", key))
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, notAccepted(fmt.Sprintf("annotation %s is %q, not a duration", key, v))
+	}
+	return d, nil
+}
+
+// notAccepted is the rejection of an acceptance record this controller would not have written.
+func notAccepted(problem string) *rejection {
+	return &rejection{tg.ReasonAcceptanceRecordInvalid, fmt.Sprintf(
+		"The ToolCall carries the finalizer %s, which records that the controller accepted it, but %s. The controller does not submit or run a ToolCall on an acceptance record it did not write: create ToolCalls without toolgate.dev/ finalizers or annotations (the controller adds them). The call did not run.",
+		tg.Finalizer, problem)}
+}
+
+// withdraw cancels, best effort, the request that an earlier submission of a rejected acceptance
+// record may have left at the provider (a crash between the POST and the status write), recovering
+// its id with the idempotent submission, so that no human reviews a call that will not run.
+func (r *ToolCallReconciler) withdraw(ctx context.Context, tc *tg.ToolCall) {
+	if _, _, err := r.submission(tc); err != nil {
+		return // without both annotations nothing was ever submitted
+	}
+	if err := r.cancelPending(ctx, tc); err != nil {
+		logf.FromContext(ctx).Info("withdrawing the approval request of a rejected acceptance record failed; it ends at its provider deadline", "code", provider.CodeOf(err))
+	}
+}
+
 // submitFailed decides what a failed submission means: retry (Pending), refused input (Rejected),
 // an untrusted answer or a limit reached (ApprovalUnavailable).
 func (r *ToolCallReconciler) submitFailed(ctx context.Context, tc *tg.ToolCall, w Window, err error) (ctrl.Result, error) {
@@ -194,14 +284,33 @@ func (r *ToolCallReconciler) submitFailed(ctx context.Context, tc *tg.ToolCall, 
 		setPhase(tc, tg.PhaseRejected, tg.ReasonProviderRefused, "The approvals provider refused the request before any human saw it ("+err.Error()+"). The call did not run.")
 		return ctrl.Result{}, nil
 	}
+	cause := "provider error " + code
+	if cert := certificateProblem(err); cert != "" {
+		cause = "the approvals provider's TLS certificate could not be verified: " + cert + "; check --provider-url, and that --provider-ca-file holds the CA that signed the provider's certificate"
+	}
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 		// Any request that did reach the provider has passed its own deadline by now.
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: the approvals provider could not be reached before the waiting limit. The call did not run.")
+		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: the approvals provider could not be reached before the waiting limit ("+cause+"). The call did not run.")
 		return ctrl.Result{}, nil
 	}
 	log.Info("submitting the approval request failed; retrying", "code", code)
-	setPhase(tc, tg.PhasePending, tg.ReasonSubmitFailed, fmt.Sprintf("The approval request could not be submitted yet (provider error %s); retrying until the waiting limit.", code))
+	setPhase(tc, tg.PhasePending, tg.ReasonSubmitFailed, fmt.Sprintf("The approval request could not be submitted yet (%s); retrying until the waiting limit.", cause))
 	return ctrl.Result{}, err
+}
+
+// certificateProblem returns the certificate verification error behind a failed call, "" when the
+// call did not fail on the provider's TLS certificate. The text is the same on every attempt (an
+// expiry is not quoted with the current time), so a status that quotes it is not rewritten on retries.
+func certificateProblem(err error) string {
+	var verify *tls.CertificateVerificationError
+	if !errors.As(err, &verify) || verify.Err == nil {
+		return ""
+	}
+	var invalid x509.CertificateInvalidError
+	if errors.As(verify.Err, &invalid) && invalid.Reason == x509.Expired {
+		return "x509: certificate has expired or is not yet valid"
+	}
+	return verify.Err.Error()
 }
 
 // awaitDecision applies what the waiter observed, gives up at the poll limit, or keeps waiting.
