@@ -60,7 +60,9 @@ type ToolCallReconciler struct {
 	// process crash would. Restart-safety tests use it.
 	Crash func(point string) error
 
-	schemas schemaCache
+	schemas   schemaCache
+	templates validTemplates
+	written   writeLog
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch
@@ -78,7 +80,13 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !tc.DeletionTimestamp.IsZero() {
+		r.written.forget(tc.UID)
 		return r.reconcileDelete(ctx, tc)
+	}
+	if r.written.behind(tc) {
+		// The watch has not delivered our last write yet; its event reconciles again. The requeue
+		// is only a backstop.
+		return ctrl.Result{RequeueAfter: staleRequeue}, nil
 	}
 	if tc.Status.Phase.IsTerminal() {
 		r.Waiter.Stop(tc.UID)
@@ -102,6 +110,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if perr := r.patchStatus(ctx, orig, tc); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
+	r.written.wrote(tc)
 	r.recordTransition(orig, tc)
 	if tc.Status.Phase == tg.PhaseRunning || tc.Status.Phase.IsTerminal() {
 		// Approved (or ended): no request of this ToolCall can be pending any more.
@@ -177,13 +186,17 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	if err := r.Timing.CheckFits(w, timeout, r.Clock.Now()); err != nil {
 		return &rejection{tg.ReasonTimeoutDoesNotFit, "spec.timeout: " + err.Error() + "."}, nil
 	}
-	// The Job the approval would start must be valid before anyone is asked to approve it.
-	dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
-	if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			return &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
+	// The Job the approval would start must be valid before anyone is asked to approve it. The
+	// template decides that, so the dry run runs once per Tool generation.
+	if !r.templates.known(tool) {
+		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
+		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+				return &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
+			}
+			return nil, err
 		}
-		return nil, err
+		r.templates.add(tool)
 	}
 	base := tc.DeepCopy()
 	controllerutil.AddFinalizer(tc, tg.Finalizer)
@@ -192,7 +205,11 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	}
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
-	return nil, r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, err
+	}
+	r.written.wrote(tc)
+	return nil, nil
 }
 
 // checkAcceptance checks the acceptance record of a ToolCall that carries the finalizer, before its
@@ -429,6 +446,8 @@ func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// The Tool's limit holds whatever the ToolCall's metadata says.
+	w.ExecutionTimeout = min(w.ExecutionTimeout, executionTimeout(tool))
 	job := buildJob(tc, tool, r.Timing.ActiveDeadline(w, r.Clock.Now()))
 
 	// Immediately before the call starts: is the approval still valid, and is there still time?
@@ -596,7 +615,13 @@ func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCal
 	}
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, tg.Finalizer)
-	return client.IgnoreNotFound(r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if tc.DeletionTimestamp.IsZero() {
+		r.written.wrote(tc)
+	}
+	return nil
 }
 
 // patchStatus writes the status once, and only if it changed.

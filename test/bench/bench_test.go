@@ -250,6 +250,16 @@ func throughput(b *testing.B, mode string, n int) string {
 	before, err := scrape(p)
 	g.Expect(err).NotTo(HaveOccurred())
 
+	if *pprofDir != "" {
+		go func() { // the manager's CPU profile while it carries the load
+			resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=20")
+			if err == nil {
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-"+mode+".pb.gz"), data, 0o644)
+			}
+		}()
+	}
 	start := time.Now()
 	createToolCalls(b, h, n, 10*time.Minute)
 	g.Eventually(func() int { return countPhase(ctx, h, tg.PhaseSucceeded) }).WithTimeout(20*time.Minute).WithPolling(250*time.Millisecond).
