@@ -321,13 +321,17 @@ func (c *HTTPClient) trusted(cl call, data []byte, status int, cred string) (*Re
 
 func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte, cred string) (*Request, error) {
 	var p Problem
-	_ = json.Unmarshal(data, &p) // a non-problem body still yields a useful status-based error
+	perr := json.Unmarshal(data, &p) // a non-problem body still yields a useful status-based error
 	code := p.Code
 	if code == "" {
 		code = CodeHTTPStatus
 	}
 	// Cancel of a request decided meanwhile: the body holds the current request.
 	if cl.op == "cancel" && resp.StatusCode == http.StatusConflict && code == CodeAlreadyDecided {
+		if perr != nil {
+			// A partly decoded request must not be acted on.
+			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: redact("already_decided response does not decode: "+perr.Error(), cred)}
+		}
 		if p.Request == nil {
 			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: "already_decided without the current request"}
 		}

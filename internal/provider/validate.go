@@ -3,7 +3,10 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"time"
 )
 
 // Ref identifies a submitted request and what was submitted, so every response about it can be
@@ -22,7 +25,8 @@ func DecodeRequest(body []byte) (*Request, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("response is not a request: %w", err)
 	}
-	if dec.More() {
+	// Only white space may follow (dec.More alone lets a stray '}' or ']' through).
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("response has trailing data after the request")
 	}
 	if err := checkWellFormed(&r); err != nil {
@@ -34,6 +38,9 @@ func DecodeRequest(body []byte) (*Request, error) {
 func checkWellFormed(r *Request) error {
 	if r.ID == "" {
 		return fmt.Errorf("response has no id")
+	}
+	if err := checkTimestamps(r); err != nil {
+		return err
 	}
 	switch r.Status {
 	case StatusPending:
@@ -56,6 +63,25 @@ func checkWellFormed(r *Request) error {
 	default:
 		return fmt.Errorf("request %q has unknown status %q", r.ID, r.Status)
 	}
+}
+
+// checkTimestamps refuses instants that parsed but are not RFC 3339, such as a zone offset of
+// +24:00 or more.
+func checkTimestamps(r *Request) error {
+	check := func(field string, t *time.Time) error {
+		if t == nil {
+			return nil
+		}
+		if _, err := t.MarshalText(); err != nil {
+			return fmt.Errorf("request %q has a %s that is not an RFC 3339 timestamp: %w", r.ID, field, err)
+		}
+		return nil
+	}
+	errs := []error{check("created_at", &r.CreatedAt), check("deadline_at", &r.DeadlineAt)}
+	if d := r.Decision; d != nil {
+		errs = append(errs, check("decision.decided_at", d.DecidedAt), check("decision.expires_at", d.ExpiresAt))
+	}
+	return errors.Join(errs...)
 }
 
 // Matches checks that a response is about the submitted request: same id (when known), tool and
