@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -17,6 +18,12 @@ import (
 var env *th.Env
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if fuzzingOrListing() {
+		// Fuzz targets and -list need no cluster; fuzz workers are separate processes, and each would
+		// start its own.
+		os.Exit(m.Run())
+	}
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true), zap.Level(zapLevel())))
 	var err error
 	env, err = th.StartEnv()
@@ -27,6 +34,15 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = env.Stop()
 	os.Exit(code)
+}
+
+func fuzzingOrListing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker", "test.list"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 func zapLevel() zapcore.Level {

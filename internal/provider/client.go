@@ -212,7 +212,7 @@ func (c *HTTPClient) do(ctx context.Context, cl call) (*Request, error) {
 			pe = &Error{Op: cl.op, Code: CodeNetwork, Retryable: true, Err: err}
 		}
 		if c.opts.OnError != nil {
-			c.opts.OnError(cl.op, pe.Code)
+			c.opts.OnError(cl.op, metricCode(pe.Code))
 		}
 		if pe.Code == CodeUnauthenticated && !reloaded {
 			// A rotated Secret: read the credential again and repeat once, if it changed.
@@ -290,7 +290,11 @@ func (c *HTTPClient) attempt(ctx context.Context, cl call, cred string) (*Reques
 		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeNetwork, Retryable: true, Err: err}
 	}
 	if int64(len(data)) > c.opts.MaxBodyBytes {
-		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes)}
+		// An oversized answer is never trusted; an oversized error page (a proxy's 502) is still the
+		// status it carries, and retried as such.
+		ok := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
+		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes),
+			Retryable: !ok && retryableStatus(resp.StatusCode, ""), RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	}
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
 		return c.trusted(cl, data, resp.StatusCode, cred)
@@ -375,4 +379,16 @@ func retryAfter(v string) time.Duration {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// metricCode bounds the error codes used as metric labels to the ones the API and the client
+// define: a provider cannot create series at will.
+func metricCode(code string) string {
+	switch code {
+	case CodeInvalidRequest, CodeIdempotencyKeyMissing, CodeInvalidTimeout, CodeUnauthenticated, CodeNotFound,
+		CodeIdempotencyInFlight, CodeAlreadyDecided, CodeIdempotencyKeyReused, CodeRateLimited, CodeInternal,
+		CodeNetwork, CodeTimeout, CodeHTTPStatus, CodeMalformed, CodeTooLarge, CodeUntrusted:
+		return code
+	}
+	return "other"
 }

@@ -582,6 +582,12 @@ func TestRetriesStatusesTheReferenceCannotProduce(t *testing.T) {
 			wantHits: 2,
 		},
 		{
+			// A proxy's error page over the body bound is still the 503 it says it is.
+			name:     "503 page larger than the body bound then created",
+			answers:  failOnceThenCreated(http.StatusServiceUnavailable, "text/html", "<html>"+strings.Repeat("unavailable ", 1<<20)+"</html>"),
+			wantHits: 2,
+		},
+		{
 			name: "non-problem 500 until attempts run out",
 			answers: func(_ *testing.T, _ int64, w http.ResponseWriter) {
 				respond(w, http.StatusInternalServerError, "text/plain", []byte("oops"))

@@ -122,8 +122,6 @@ func TestHostileResponses(t *testing.T) {
 		tooLarge("cancel: body larger than MaxBodyBytes", opCancel, 200, huge),
 		tooLarge("cancel: already_decided larger than MaxBodyBytes", opCancel, 409,
 			func(t *testing.T) []byte { return alreadyDecided(huge(t)) }),
-		tooLarge("wait: a 503 larger than MaxBodyBytes is final, not retried", opWait, 503,
-			raw(`<html>`+strings.Repeat("unavailable ", maxBody)+`</html>`)),
 		{name: "submit: endless body", op: opSubmit, status: 201, endless: true, code: provider.CodeTooLarge, untrusted: true,
 			body: raw(`{"id":"req-1","padding":"`), detail: []string{"exceeds"}},
 		{name: "wait: endless body", op: opWait, status: 200, endless: true, code: provider.CodeTooLarge, untrusted: true,
