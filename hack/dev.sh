@@ -311,6 +311,9 @@ cat <<EOF
     Or deny it:
       ${decide} --deny --note "Not a duplicate charge."
 
+    Or decide in the browser (the approval page; the link signs you in once):
+      ${provider_url}/ui/?token=$(cat "${credential}")
+
     Follow it:
       kubectl --kubeconfig ${dev}/kubeconfig get toolcalls -o wide -w
     Pending approval requests:

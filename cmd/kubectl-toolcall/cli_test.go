@@ -44,7 +44,7 @@ type invocation struct {
 // start runs the plugin as the agent user in the background.
 func start(ctx context.Context, args ...string) *invocation {
 	inv := &invocation{code: make(chan int, 1)}
-	go func() { inv.code <- run(ctx, args, &inv.stdout, &inv.stderr, agentConfig) }()
+	go func() { inv.code <- run(ctx, args, &inv.stdout, &inv.stderr, agent.Config) }()
 	return inv
 }
 
@@ -63,16 +63,8 @@ func plugin(g *WithT, args ...string) (code int, stdout, stderr string) {
 
 func newHarness(t *testing.T, opts ...th.Option) *th.Harness {
 	h := th.New(t, env, opts...)
-	bindAgent(h)
+	agent.Bind(h)
 	return h
-}
-
-func approveAndFinish(h *th.Harness, name string, ok bool, msg string) *tg.ToolCall {
-	h.T.Helper()
-	h.Approve(h.PendingRequest(name).ID, 5*time.Minute)
-	running := h.WaitPhase(name, tg.PhaseRunning)
-	h.FinishJob(running.Status.JobName, ok, msg)
-	return running
 }
 
 func TestRunSucceededPrintsTheResultOnStdout(t *testing.T) {
@@ -83,7 +75,7 @@ func TestRunSucceededPrintsTheResultOnStdout(t *testing.T) {
 		"--name", "refund", "-l", "agent=cli", "-n", h.NS)
 	req := h.PendingRequest("refund")
 	g.Expect(req.Arguments).To(MatchJSON(th.RefundArgs))
-	approveAndFinish(h, "refund", true, `{"refund_id":"re_1"}`)
+	h.ApproveAndFinish("refund", true, `{"refund_id":"re_1"}`)
 
 	g.Expect(inv.exit(g)).To(Equal(exitSucceeded))
 	g.Expect(inv.stdout.String()).To(Equal(`{"refund_id":"re_1"}` + "\n"))
@@ -121,7 +113,7 @@ func TestRunFailedAndRejectedHaveTheirCodes(t *testing.T) {
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	inv := start(t.Context(), "run", "issue_refund", "--args", "{}", "--waiting-limit", "2m", "--name", "refund", "-n", h.NS)
-	approveAndFinish(h, "refund", false, "card network declined the refund")
+	h.ApproveAndFinish("refund", false, "card network declined the refund")
 	g.Expect(inv.exit(g)).To(Equal(exitFailed))
 	g.Expect(inv.stderr.String()).To(And(ContainSubstring("  reason:        JobFailed\n"), ContainSubstring("  result:        card network declined the refund\n")))
 
@@ -202,13 +194,13 @@ func TestGetAndDescribeShowTheFields(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	h.WaitPhase("refund-denied", tg.PhaseDenied)
 	h.ToolCall("refund-done", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	running := approveAndFinish(h, "refund-done", true, "refund re_1 issued")
+	running := h.ApproveAndFinish("refund-done", true, "refund re_1 issued")
 	h.WaitPhase("refund-done", tg.PhaseSucceeded)
 	h.ToolCall("unknown", "no_such_tool", `{}`, 2*time.Minute, nil)
 	h.WaitPhase("unknown", tg.PhaseRejected)
 
 	// Through a kubeconfig file, with the connection flags before the subcommand.
-	code, stdout, _ := plugin(g, "--kubeconfig", agentKubeconfig, "-n", h.NS, "get")
+	code, stdout, _ := plugin(g, "--kubeconfig", agent.Kubeconfig, "-n", h.NS, "get")
 	g.Expect(code).To(Equal(exitSucceeded))
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	g.Expect(lines).To(HaveLen(4))

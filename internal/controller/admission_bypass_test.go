@@ -2,8 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -175,15 +173,8 @@ func TestGenuineAcceptanceRecordIsSubmittedAfterRestart(t *testing.T) {
 func TestToolChangedAfterAcceptanceRejectsAndWithdrawsTheRequest(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	crashed := make(chan struct{})
-	var once sync.Once
-	h.Opts.Crash = func(p string) error {
-		if p != controller.CrashAfterSubmit {
-			return nil
-		}
-		once.Do(func() { close(crashed) })
-		return errors.New("process killed")
-	}
+	var crashed <-chan struct{}
+	h.Opts.Crash, crashed = crashAt(controller.CrashAfterSubmit)
 	h.StopManager()
 	h.Start()
 	h.Tool("issue-refund", "issue_refund", "")

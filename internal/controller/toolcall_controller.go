@@ -171,15 +171,9 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 // finalizer (so no request is ever left behind) and the Tool's executionTimeout (so the ToolCall's
 // timing and its request body stay fixed).
 func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejection, error) {
-	tool, rej, err := r.findTool(ctx, tc)
+	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return rej, err
-	}
-	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
-		return rej, nil
-	}
-	if rej := r.schemas.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
-		return rej, nil
 	}
 	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: executionTimeout(tool)}
 	timeout := r.Timing.RequestedTimeout(w, durationPtr(tc.Spec.Timeout), r.Clock.Now())
@@ -212,6 +206,22 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	return nil, nil
 }
 
+// checkInput finds the ToolCall's Tool and checks the arguments: their size and depth, then the Tool's
+// argumentsSchema. It returns the Tool only when every check passed.
+func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *rejection, error) {
+	tool, rej, err := r.findTool(ctx, tc)
+	if err != nil || rej != nil {
+		return nil, rej, err
+	}
+	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
+		return nil, rej, nil
+	}
+	if rej := r.schemas.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
+		return nil, rej, nil
+	}
+	return tool, nil, nil
+}
+
 // checkAcceptance checks the acceptance record of a ToolCall that carries the finalizer, before its
 // request is submitted (again). It repeats every check of admit that does not depend on the instant
 // of admission, and requires the annotations to be values admit could have written: the Tool's
@@ -228,15 +238,9 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 	if rej != nil {
 		return rej, nil
 	}
-	tool, rej, err := r.findTool(ctx, tc)
+	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return rej, err
-	}
-	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
-		return rej, nil
-	}
-	if rej := r.schemas.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
-		return rej, nil
 	}
 	if want := executionTimeout(tool); exec != want {
 		return notAccepted(fmt.Sprintf("annotation %s is %s while Tool %s has executionTimeout %s (if the Tool was changed after the ToolCall was accepted, create the ToolCall again)",

@@ -372,22 +372,29 @@ func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
 	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
 }
 
+// crashAt is a crash hook (controller.Options.Crash) that makes the manager die at point, as a killed
+// process would, and a channel closed the first time it does.
+func crashAt(point string) (hook func(string) error, crashed <-chan struct{}) {
+	done := make(chan struct{})
+	var once sync.Once
+	return func(p string) error {
+		if p != point {
+			return nil
+		}
+		once.Do(func() { close(done) })
+		return errors.New("process killed")
+	}, done
+}
+
 // Restart safety: the manager dies at each crash-sensitive step and a new one takes over.
 func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
 	for _, point := range []string{controller.CrashAfterSubmit, controller.CrashBeforeJobCreate, controller.CrashAfterJobCreate} {
 		t.Run(point, func(t *testing.T) {
 			h := th.New(t, env)
 			g := h.G
-			crashed := make(chan struct{})
-			var once sync.Once
 			// This manager dies at the crash point: the reconcile ends there and nothing more is written.
-			h.Opts.Crash = func(p string) error {
-				if p != point {
-					return nil
-				}
-				once.Do(func() { close(crashed) })
-				return errors.New("process killed")
-			}
+			var crashed <-chan struct{}
+			h.Opts.Crash, crashed = crashAt(point)
 			h.StopManager()
 			h.Start()
 

@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,17 +19,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
-	"go.uber.org/zap/zapcore"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/controller"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/testenv"
 	th "toolgate.dev/toolgate/internal/testharness"
 )
 
@@ -39,22 +33,7 @@ import (
 // namespace, reference provider and Toolgate manager (internal/testharness).
 var env *th.Env
 
-func TestMain(m *testing.M) {
-	level := zapcore.ErrorLevel
-	if os.Getenv("TOOLGATE_TEST_VERBOSE") != "" {
-		level = zapcore.DebugLevel
-	}
-	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true), zap.Level(level)))
-	var err error
-	env, err = th.StartEnv()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { th.Main(m, &env) }
 
 // world is one scenario: a harness, a gateway for its namespace served over streamable HTTP on a
 // loopback socket, and the gateway's endpoint.
@@ -485,39 +464,6 @@ func TestCloseAbandonsCallsInProgress(t *testing.T) {
 	g.Expect(text(res)).To(ContainSubstring("the gateway is shutting down"))
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// commandBinary builds cmd/toolgate-mcp once per test process.
-func commandBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "toolgate-mcp-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "toolgate-mcp")
-		cmd := exec.Command("go", "build", "-o", binary, "./cmd/toolgate-mcp")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/toolgate-mcp: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
 // The command serves the gateway on stdio to the SDK's own client (as an MCP host launches it), and
 // on SIGTERM abandons the calls still waiting before it exits.
 func TestCommandServesStdioAndAbandonsCallsOnSIGTERM(t *testing.T) {
@@ -528,7 +474,7 @@ func TestCommandServesStdioAndAbandonsCallsOnSIGTERM(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	var stderr bytes.Buffer
-	cmd := exec.Command(commandBinary(t), "--stdio", "--namespace", h.NS, "--kubeconfig", kubeconfig, "--waiting-limit", "2m")
+	cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), "--stdio", "--namespace", h.NS, "--kubeconfig", kubeconfig, "--waiting-limit", "2m")
 	cmd.Stderr = &stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "v1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
@@ -574,7 +520,7 @@ func TestCommandAbandonsTheCallWhenStdinCloses(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	var stderr bytes.Buffer
-	cmd := exec.Command(commandBinary(t), "--stdio", "--namespace", h.NS, "--kubeconfig", kubeconfig)
+	cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), "--stdio", "--namespace", h.NS, "--kubeconfig", kubeconfig)
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
 	g.Expect(err).NotTo(HaveOccurred())

@@ -352,6 +352,16 @@ func (h *Harness) FinishJob(jobName string, succeeded bool, msg string) {
 	h.G.Expect(FinishJob(context.Background(), h.K8s, h.NS, jobName, succeeded, msg)).To(Succeed())
 }
 
+// ApproveAndFinish approves the ToolCall's request (valid for 5 minutes), then plays the kubelet for
+// its Job (see FinishJob). It returns the ToolCall as it was when Running.
+func (h *Harness) ApproveAndFinish(name string, succeeded bool, msg string) *tg.ToolCall {
+	h.T.Helper()
+	h.Approve(h.PendingRequest(name).ID, 5*time.Minute)
+	running := h.WaitPhase(name, tg.PhaseRunning)
+	h.FinishJob(running.Status.JobName, succeeded, msg)
+	return running
+}
+
 // FinishJob is Harness.FinishJob for callers without a harness (the benchmarks' simulated kubelet).
 func FinishJob(ctx context.Context, c client.Client, ns, jobName string, succeeded bool, msg string) error {
 	job := &batchv1.Job{}

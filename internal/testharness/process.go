@@ -19,37 +19,57 @@ import (
 	"toolgate.dev/toolgate/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// builds are the binaries Binary built in this test process, by package.
+var builds = struct {
+	sync.Mutex
+	m map[string]build
+}{m: map[string]build{}}
+
+type build struct {
+	path string
+	err  error
+}
+
+// Binary builds the main package pkg (relative to the repository root, e.g. "./cmd/toolgate-mcp") once
+// per test process and returns the binary's path. A failed build fails every test that asks for it.
+func Binary(t testing.TB, pkg string) string {
+	t.Helper()
+	builds.Lock()
+	b, ok := builds.m[pkg]
+	if !ok {
+		b.path, b.err = goBuild(pkg)
+		builds.m[pkg] = b
+	}
+	builds.Unlock()
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// goBuild builds pkg into a new temporary directory.
+func goBuild(pkg string) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "toolgate-test-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
 
 // ManagerBinary builds the manager (./cmd) once per test process and returns its path.
 func ManagerBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "toolgate-manager-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "manager")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return Binary(t, "./cmd")
 }
 
 // Kubeconfig writes a kubeconfig file for the environment's admin user into dir.

@@ -97,20 +97,11 @@ func receive(g *WithT, done <-chan outcome) outcome {
 	return o
 }
 
-// approveAndFinish approves the ToolCall's request, then plays the kubelet for its Job.
-func approveAndFinish(h *th.Harness, name string, ok bool, msg string) *tg.ToolCall {
-	h.T.Helper()
-	h.Approve(h.PendingRequest(name).ID, 5*time.Minute)
-	running := h.WaitPhase(name, tg.PhaseRunning)
-	h.FinishJob(running.Status.JobName, ok, msg)
-	return running
-}
-
 func TestCallApprovedReturnsTheResult(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	var seen phases
 
 	done := call(t.Context(), c, "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{
@@ -119,7 +110,7 @@ func TestCallApprovedReturnsTheResult(t *testing.T) {
 	req := h.PendingRequest("refund")
 	g.Expect(req.Arguments).To(MatchJSON(th.RefundArgs))
 	g.Expect(req.Timeout).To(Equal("1m"))
-	running := approveAndFinish(h, "refund", true, `{"refund_id":"re_1"}`)
+	running := h.ApproveAndFinish("refund", true, `{"refund_id":"re_1"}`)
 
 	o := receive(g, done)
 	g.Expect(o.err).NotTo(HaveOccurred())
@@ -139,7 +130,7 @@ func TestCallDeniedCarriesTheNote(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	args := map[string]any{"payment_id": "payment_123", "amount": 4900, "currency": "GBP"}
 
 	done := call(t.Context(), c, "issue_refund", args, 2*time.Minute, toolcall.Options{})
@@ -175,9 +166,9 @@ func TestCallFailedJobReturnsItsMessage(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	done := call(t.Context(), c, "issue_refund", []byte(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
-	approveAndFinish(h, "refund", false, "card network declined the refund")
+	h.ApproveAndFinish("refund", false, "card network declined the refund")
 
 	o := receive(g, done)
 	g.Expect(errors.Is(o.err, toolcall.ErrFailed)).To(BeTrue(), "%v", o.err)
@@ -193,7 +184,7 @@ func TestCallCancelledAtTheProviderIsCancelled(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	done := call(t.Context(), c, "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
 	_, err := h.Provider.Cancel(h.PendingRequest("refund").ID)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -211,7 +202,7 @@ func TestCallWithoutADecisionEndsApprovalUnavailableWithinTheWaitingLimit(t *tes
 	h := th.New(t, env, th.WithPollWait(time.Second))
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	// Approval limit = 12s - 5s execution - 1s return margin; the default timeout fits in it.
 	const waitingLimit = 12 * time.Second
 	done := call(t.Context(), c, "issue_refund", json.RawMessage(th.RefundArgs), waitingLimit, toolcall.Options{Name: "refund"})
@@ -233,7 +224,7 @@ func TestCallWithoutADecisionEndsApprovalUnavailableWithinTheWaitingLimit(t *tes
 func TestCallWithAnExpiredApprovalIsExpired(t *testing.T) {
 	h, clk := th.NewClocked(t, env)
 	g := h.G
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	done := call(t.Context(), c, "issue_refund", json.RawMessage(th.RefundArgs), time.Hour, toolcall.Options{Name: "refund", Timeout: 10 * time.Minute})
 	req := h.PendingRequest("refund")
 	// The controller's clock is 6 minutes ahead when the 5-minute approval arrives.
@@ -251,7 +242,7 @@ func TestCallWithAnExpiredApprovalIsExpired(t *testing.T) {
 func TestCallForAnUnknownToolIsRejectedWithTheReason(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	res, err := c.Call(t.Context(), "no_such_tool", map[string]any{}, 2*time.Minute, toolcall.Options{})
 	g.Expect(errors.Is(err, toolcall.ErrRejected)).To(BeTrue(), "%v", err)
 	var e *toolcall.Error
@@ -269,7 +260,7 @@ func TestCancelledContextDeletesTheToolCallAndCancelsTheRequest(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := call(ctx, c, "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
 	req := h.PendingRequest("refund")
@@ -294,7 +285,7 @@ func TestWaitOnATerminalToolCallReturnsAtOnce(t *testing.T) {
 	g := h.G
 	h.ToolCall("unknown", "no_such_tool", `{}`, 2*time.Minute, nil)
 	h.WaitPhase("unknown", tg.PhaseRejected)
-	cc := &countingClient{WithWatch: agentClient(h)}
+	cc := &countingClient{WithWatch: agent.Bind(h)}
 	var seen phases
 
 	res, err := toolcall.New(cc, h.NS).Wait(t.Context(), "unknown", seen.progress)
@@ -311,13 +302,13 @@ func TestWaitFollowsAnExistingToolCall(t *testing.T) {
 	h.Tool("issue-refund", "issue_refund", "")
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	h.PendingRequest("refund")
-	c := toolcall.New(agentClient(h), h.NS)
+	c := toolcall.New(agent.Bind(h), h.NS)
 	done := make(chan outcome, 1)
 	go func() {
 		res, err := c.Wait(t.Context(), "refund", nil)
 		done <- outcome{res, err}
 	}()
-	approveAndFinish(h, "refund", true, "refunded")
+	h.ApproveAndFinish("refund", true, "refunded")
 	o := receive(g, done)
 	g.Expect(o.err).NotTo(HaveOccurred())
 	g.Expect(o.res.Output).To(Equal("refunded"))
@@ -329,7 +320,7 @@ func TestWaitFollowsAnExistingToolCall(t *testing.T) {
 func TestNonObjectArgumentsAreRefusedBeforeAnythingIsCreated(t *testing.T) {
 	h := th.New(t, env, th.WithoutManager())
 	g := h.G
-	cc := &countingClient{WithWatch: agentClient(h)}
+	cc := &countingClient{WithWatch: agent.Bind(h)}
 	c := toolcall.New(cc, h.NS)
 	for _, args := range []any{nil, []int{1, 2}, "payment_123", 42, json.RawMessage(`[1]`), []byte(`{"open":`), json.RawMessage(``), map[string]any(nil)} {
 		_, err := c.Call(t.Context(), "issue_refund", args, time.Minute, toolcall.Options{})
@@ -346,7 +337,7 @@ func TestWaitingWatchesAndNeverPolls(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	cc := &countingClient{WithWatch: agentClient(h)}
+	cc := &countingClient{WithWatch: agent.Bind(h)}
 	c := toolcall.New(cc, h.NS)
 	done := call(t.Context(), c, "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
 	req := h.PendingRequest("refund")
@@ -412,12 +403,12 @@ func TestAClosedWatchIsReopenedFromTheLastResourceVersion(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	cc := &countingClient{WithWatch: agentClient(h)}
+	cc := &countingClient{WithWatch: agent.Bind(h)}
 	cc.wrapWatch = func(_ int64, w watch.Interface) watch.Interface { return closeAfterOneEvent(w) }
 	var seen phases
 	done := call(t.Context(), toolcall.New(cc, h.NS), "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute,
 		toolcall.Options{Name: "refund", Progress: seen.progress})
-	approveAndFinish(h, "refund", true, "ok")
+	h.ApproveAndFinish("refund", true, "ok")
 
 	o := receive(g, done)
 	g.Expect(o.err).NotTo(HaveOccurred())
@@ -432,7 +423,7 @@ func TestATooOldResourceVersionIsReadAfresh(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	cc := &countingClient{WithWatch: agentClient(h)}
+	cc := &countingClient{WithWatch: agent.Bind(h)}
 	cc.wrapWatch = func(n int64, w watch.Interface) watch.Interface {
 		if n != 1 {
 			return w
@@ -443,7 +434,7 @@ func TestATooOldResourceVersionIsReadAfresh(t *testing.T) {
 		}})
 	}
 	done := call(t.Context(), toolcall.New(cc, h.NS), "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
-	approveAndFinish(h, "refund", true, "ok")
+	h.ApproveAndFinish("refund", true, "ok")
 
 	o := receive(g, done)
 	g.Expect(o.err).NotTo(HaveOccurred())
@@ -455,7 +446,7 @@ func TestAToolCallDeletedBySomeoneElseEndsTheWait(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	done := call(t.Context(), toolcall.New(agentClient(h), h.NS), "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
+	done := call(t.Context(), toolcall.New(agent.Bind(h), h.NS), "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
 	h.PendingRequest("refund")
 	g.Expect(h.K8s.Delete(context.Background(), h.Get("refund"))).To(Succeed())
 

@@ -28,6 +28,18 @@ func (c *Client) watch(ctx context.Context, tc *v1alpha1.ToolCall, progress func
 	// rv is where the next watch starts: the last object's, or a newer bookmark's.
 	rv := tc.ResourceVersion
 	backoff := time.Duration(0)
+	// resync reads the ToolCall again when its resourceVersion is too old to watch from, and has the
+	// next watch start at once from the fresh object.
+	resync := func() error {
+		fresh, err := c.refresh(ctx, last)
+		if err != nil {
+			return err
+		}
+		c.observe(&last, fresh, progress)
+		rv = last.ResourceVersion
+		backoff = 0
+		return nil
+	}
 	for {
 		if last.Status.Phase.IsTerminal() {
 			return outcome(last)
@@ -55,13 +67,9 @@ func (c *Client) watch(ctx context.Context, tc *v1alpha1.ToolCall, progress func
 		case ctx.Err() != nil:
 			return resultOf(last), c.stopped(last, ctx.Err())
 		case tooOld(err):
-			next, gerr := c.refresh(ctx, last)
-			if gerr != nil {
-				return resultOf(last), gerr
+			if rerr := resync(); rerr != nil {
+				return resultOf(last), rerr
 			}
-			c.observe(&last, next, progress)
-			rv = last.ResourceVersion
-			backoff = 0
 			continue
 		case fatal(err):
 			return resultOf(last), fmt.Errorf("toolcall: watching ToolCall %s/%s: %w", c.namespace, last.Name, err)
@@ -76,13 +84,9 @@ func (c *Client) watch(ctx context.Context, tc *v1alpha1.ToolCall, progress func
 		case err != nil:
 			return resultOf(last), err
 		case next == followTooOld:
-			fresh, gerr := c.refresh(ctx, last)
-			if gerr != nil {
-				return resultOf(last), gerr
+			if rerr := resync(); rerr != nil {
+				return resultOf(last), rerr
 			}
-			c.observe(&last, fresh, progress)
-			rv = last.ResourceVersion
-			backoff = 0
 		case delivered:
 			backoff = 0
 		default:

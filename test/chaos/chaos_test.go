@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -43,18 +42,7 @@ var (
 
 var env *th.Env
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	var err error
-	env, err = th.StartEnv()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { th.Main(m, &env) }
 
 // action is what the humans (and the agent) do with one ToolCall.
 type action string
@@ -137,10 +125,11 @@ func TestChaos(t *testing.T) {
 	proc := h.StartProcess()
 	chaosOver := make(chan struct{})
 	managerDone := make(chan struct{})
+	killer := rand.New(rand.NewPCG(s+1, s^0x51afd7ed558ccd)) // its own source: r belongs to the test goroutine
 	go func() {
 		defer close(managerDone)
 		for {
-			life := *killMin + time.Duration(r.Int64N(int64(*killMax-*killMin)+1))
+			life := *killMin + time.Duration(killer.Int64N(int64(*killMax-*killMin)+1))
 			select {
 			case <-chaosOver:
 				return

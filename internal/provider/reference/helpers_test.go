@@ -76,6 +76,18 @@ type response struct {
 // request builds an authenticated request; body, if not nil, is sent as JSON (a []byte as it is).
 func (e *env) request(method, path string, body any) *http.Request {
 	e.t.Helper()
+	req := e.newRequest(method, path, body)
+	req.Header.Set("Authorization", "Bearer "+credential)
+	if body != nil {
+		req.Header.Set("Content-Type", provider.ContentTypeJSON)
+	}
+	return req
+}
+
+// newRequest builds a request to the provider with no headers; body, if not nil, is encoded as JSON
+// (a []byte is sent as it is).
+func (e *env) newRequest(method, path string, body any) *http.Request {
+	e.t.Helper()
 	var reader io.Reader
 	if body != nil {
 		data, raw := body.([]byte)
@@ -88,10 +100,6 @@ func (e *env) request(method, path string, body any) *http.Request {
 	}
 	req, err := http.NewRequestWithContext(context.Background(), method, e.url+path, reader)
 	e.g.Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Authorization", "Bearer "+credential)
-	if body != nil {
-		req.Header.Set("Content-Type", provider.ContentTypeJSON)
-	}
 	return req
 }
 

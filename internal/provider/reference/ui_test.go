@@ -2,7 +2,6 @@ package reference_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,18 +42,7 @@ func startPage(t *testing.T, options ...func(*reference.Options)) *pageEnv {
 // a browser sends for a same-origin fetch.
 func (p *pageEnv) pageRequest(method, path string, cookie *http.Cookie, body any) *http.Request {
 	p.t.Helper()
-	var reader io.Reader
-	if body != nil {
-		data, raw := body.([]byte)
-		if !raw {
-			var err error
-			data, err = json.Marshal(body)
-			p.g.Expect(err).NotTo(HaveOccurred())
-		}
-		reader = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(context.Background(), method, p.url+path, reader)
-	p.g.Expect(err).NotTo(HaveOccurred())
+	req := p.newRequest(method, path, body)
 	if cookie != nil {
 		req.AddCookie(cookie)
 	}
