@@ -70,6 +70,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run()) // no benchmark selected (go test ./...): no cluster needed
+	}
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	var err error
 	env, err = th.StartEnv()
