@@ -556,6 +556,8 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Logf("manager after GC: heap in use %.1f MiB, stacks %.1f MiB, goroutines %.0f",
+		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
 	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
 }
 
