@@ -402,7 +402,6 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 // applyDecision records the provider's terminal answer and acts on it.
 func (r *ToolCallReconciler) applyDecision(ctx context.Context, tc *tg.ToolCall, req *provider.Request) (ctrl.Result, error) {
 	recordRequest(tc, req)
-	approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
 	switch req.Status {
 	case provider.StatusApproved:
 		// The approval covers the arguments the provider hashed; the Job runs the spec's arguments.
@@ -640,6 +639,10 @@ func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolC
 
 // recordTransition emits an event and counts outcomes when the phase changed.
 func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
+	if tc.Status.Decision != nil && orig.Status.Decision == nil {
+		// The provider's terminal answer was recorded: counted once, when it is first written.
+		approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
+	}
 	if orig.Status.Phase == tc.Status.Phase {
 		return
 	}
