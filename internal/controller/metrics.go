@@ -2,9 +2,10 @@ package controller
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -53,7 +54,7 @@ func countWrites(rt http.RoundTripper) http.RoundTripper {
 			if req.URL.Query().Has("dryRun") {
 				break // validated, not stored
 			}
-			apiserverWrites.WithLabelValues(resourceOf(req.URL.Path), req.Method).Inc()
+			apiserverWrites.WithLabelValues(resourceOf(req), req.Method).Inc()
 		}
 		return rt.RoundTrip(req)
 	})
@@ -63,22 +64,18 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// resourceOf turns an API path into "resource" or "resource/subresource":
+// apiPaths parses request paths the way the apiserver does.
+var apiPaths = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
+// resourceOf names what a request writes, "resource" or "resource/subresource":
 // /apis/toolgate.dev/v1alpha1/namespaces/ns/toolcalls/x/status is "toolcalls/status".
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	i := 2 // /api/v1/<resource>
-	if len(parts) > 0 && parts[0] == "apis" {
-		i = 3 // /apis/<group>/<version>/<resource>
-	}
-	if len(parts) > i+1 && parts[i] == "namespaces" {
-		i += 2
-	}
+func resourceOf(req *http.Request) string {
+	info, err := apiPaths.NewRequestInfo(req)
 	switch {
-	case len(parts) > i+2:
-		return parts[i] + "/" + parts[i+2]
-	case len(parts) > i:
-		return parts[i]
+	case err != nil || !info.IsResourceRequest:
+		return "other"
+	case info.Subresource != "":
+		return info.Resource + "/" + info.Subresource
 	}
-	return "other"
+	return info.Resource
 }
