@@ -87,26 +87,3 @@ func (l *writeLog) forget(uid types.UID) {
 	defer l.mu.Unlock()
 	delete(l.stages, uid)
 }
-
-// validTemplates remembers the Tool generations whose Job template passed the server-side dry run,
-// so that it runs once per Tool change rather than once per ToolCall.
-type validTemplates struct {
-	mu   sync.Mutex
-	seen map[types.UID]int64
-}
-
-func (v *validTemplates) known(tool *tg.Tool) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	gen, ok := v.seen[tool.UID]
-	return ok && gen == tool.Generation
-}
-
-func (v *validTemplates) add(tool *tg.Tool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.seen == nil {
-		v.seen = map[types.UID]int64{}
-	}
-	v.seen[tool.UID] = tool.Generation
-}

@@ -60,9 +60,8 @@ type ToolCallReconciler struct {
 	// process crash would. Restart-safety tests use it.
 	Crash func(point string) error
 
-	schemas   schemaCache
-	templates validTemplates
-	written   writeLog
+	tools   toolCache
+	written writeLog
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch
@@ -182,7 +181,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	}
 	// The Job the approval would start must be valid before anyone is asked to approve it. The
 	// template decides that, so the dry run runs once per Tool generation.
-	if !r.templates.known(tool) {
+	if !r.tools.templateChecked(tool) {
 		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
 		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
@@ -190,7 +189,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 			}
 			return nil, err
 		}
-		r.templates.add(tool)
+		r.tools.templatePassed(tool)
 	}
 	base := tc.DeepCopy()
 	controllerutil.AddFinalizer(tc, tg.Finalizer)
@@ -216,7 +215,7 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
 		return nil, rej, nil
 	}
-	if rej := r.schemas.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
+	if rej := r.tools.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
 		return nil, rej, nil
 	}
 	return tool, nil, nil

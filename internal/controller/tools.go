@@ -77,30 +77,59 @@ func checkArguments(raw []byte) *rejection {
 	return nil
 }
 
-// schemaCache compiles each Tool's argumentsSchema once per Tool generation.
-type schemaCache struct {
-	mu      sync.Mutex
-	schemas map[types.UID]compiledSchema
+// toolCache holds what the controller derives from a Tool, for one generation of it: the compiled
+// argumentsSchema, and whether its Job template passed the server-side dry run. A Tool change
+// (a new generation) starts afresh.
+type toolCache struct {
+	mu    sync.Mutex
+	tools map[types.UID]*toolFacts
 }
 
-type compiledSchema struct {
-	generation int64
-	schema     *jsonschema.Schema
-	err        error
+type toolFacts struct {
+	generation    int64
+	compiled      bool
+	schema        *jsonschema.Schema
+	schemaErr     error
+	templateValid bool
 }
 
-func (c *schemaCache) get(tool *tg.Tool) (*jsonschema.Schema, error) {
+// facts returns the entry for tool's current generation; the caller holds c.mu.
+func (c *toolCache) facts(tool *tg.Tool) *toolFacts {
+	f, ok := c.tools[tool.UID]
+	if !ok || f.generation != tool.Generation {
+		if c.tools == nil {
+			c.tools = map[types.UID]*toolFacts{}
+		}
+		f = &toolFacts{generation: tool.Generation}
+		c.tools[tool.UID] = f
+	}
+	return f
+}
+
+// schema compiles the Tool's argumentsSchema once per generation.
+func (c *toolCache) schema(tool *tg.Tool) (*jsonschema.Schema, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cs, ok := c.schemas[tool.UID]; ok && cs.generation == tool.Generation {
-		return cs.schema, cs.err
+	f := c.facts(tool)
+	if !f.compiled {
+		f.schema, f.schemaErr = compileSchema(tool)
+		f.compiled = true
 	}
-	s, err := compileSchema(tool)
-	if c.schemas == nil {
-		c.schemas = map[types.UID]compiledSchema{}
-	}
-	c.schemas[tool.UID] = compiledSchema{generation: tool.Generation, schema: s, err: err}
-	return s, err
+	return f.schema, f.schemaErr
+}
+
+// templateChecked reports whether this generation's Job template already passed the dry run.
+func (c *toolCache) templateChecked(tool *tg.Tool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.facts(tool).templateValid
+}
+
+// templatePassed records that this generation's Job template passed the dry run.
+func (c *toolCache) templatePassed(tool *tg.Tool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.facts(tool).templateValid = true
 }
 
 func compileSchema(tool *tg.Tool) (*jsonschema.Schema, error) {
@@ -117,11 +146,11 @@ func compileSchema(tool *tg.Tool) (*jsonschema.Schema, error) {
 }
 
 // validateArguments checks arguments against the Tool's argumentsSchema, if it has one.
-func (c *schemaCache) validateArguments(tool *tg.Tool, raw []byte) *rejection {
+func (c *toolCache) validateArguments(tool *tg.Tool, raw []byte) *rejection {
 	if tool.Spec.ArgumentsSchema == nil || len(tool.Spec.ArgumentsSchema.Raw) == 0 {
 		return nil
 	}
-	schema, err := c.get(tool)
+	schema, err := c.schema(tool)
 	if err != nil {
 		return &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s has an invalid spec.argumentsSchema (%v); an admin must fix it.", tool.Name, err)}
 	}
