@@ -508,3 +508,14 @@ func TestSubmissionInFlightConflicts(t *testing.T) {
 	e.g.Expect(e.stats().Creates).To(BeEquivalentTo(1), "an abandoned delayed submission creates nothing")
 	e.expectRequest(e.submit("key-1", refund()), http.StatusCreated)
 }
+
+// Keys maps each Idempotency-Key to the one request it created; a replay adds nothing.
+func TestKeysMapEachKeyToItsRequest(t *testing.T) {
+	e := start(t)
+	a := e.create("toolcall-uid-a")
+	b := e.create("toolcall-uid-b")
+	e.expectRequest(e.submit("toolcall-uid-a", refund()), http.StatusOK)
+	keys, err := e.srv.Keys()
+	e.g.Expect(err).NotTo(HaveOccurred())
+	e.g.Expect(keys).To(Equal(map[string]string{"toolcall-uid-a": a.ID, "toolcall-uid-b": b.ID}))
+}

@@ -116,6 +116,22 @@ func (st *store) requests() ([]provider.Request, error) {
 	return all, err
 }
 
+// keys maps every Idempotency-Key to the id of the request it created.
+func (st *store) keys() (map[string]string, error) {
+	out := map[string]string{}
+	err := st.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketIdempotency).ForEach(func(k, v []byte) error {
+			var rec idempotencyRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("decoding %q: %w", k, err)
+			}
+			out[string(k)] = rec.RequestID
+			return nil
+		})
+	})
+	return out, err
+}
+
 func get(b *bolt.Bucket, key string, into any) (bool, error) {
 	v := b.Get([]byte(key))
 	if v == nil {
