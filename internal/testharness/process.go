@@ -13,8 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"toolgate.dev/toolgate/internal/testenv"
 )
@@ -74,14 +73,16 @@ func ManagerBinary(t testing.TB) string {
 
 // Kubeconfig writes a kubeconfig file for the environment's admin user into dir.
 func (e *Env) Kubeconfig(dir string) (string, error) {
-	c := e.Config
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.CertData, ClientKeyData: c.KeyData, Token: c.BearerToken}
-	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	cfg.CurrentContext = "envtest"
+	admin, err := e.Env.AddUser(envtest.User{Name: "toolgate-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := admin.KubeConfig()
+	if err != nil {
+		return "", err
+	}
 	path := filepath.Join(dir, "kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return path, os.WriteFile(path, data, 0o600)
 }
 
 // Process is a manager running as its own OS process, so that it can be killed (SIGKILL) as a
@@ -103,7 +104,7 @@ func (h *Harness) StartProcess(extra ...string) *Process {
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	metrics, err := freeAddr()
+	metrics, err := FreeAddr()
 	if err != nil {
 		h.T.Fatal(err)
 	}
@@ -174,8 +175,8 @@ func (p *Process) Log() string {
 	return string(b)
 }
 
-// freeAddr picks a free loopback port.
-func freeAddr() (string, error) {
+// FreeAddr picks a free loopback port.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

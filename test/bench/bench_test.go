@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -130,7 +129,9 @@ func newWorld(b *testing.B, mode string) (*th.Harness, *th.Process) {
 	h := th.New(b, env, opts...)
 	h.Opts.Timing = controller.DefaultTiming()
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	pprofAddr = freeAddr(b)
+	var err error
+	pprofAddr, err = th.FreeAddr() // the package's: liveBytes reads it
+	NewWithT(b).Expect(err).NotTo(HaveOccurred())
 	args = append(args, "--pprof-bind-address", pprofAddr)
 	p := h.StartProcess(args...)
 	h.G.Eventually(func() error { _, err := scrape(p); return err }).WithTimeout(time.Minute).Should(Succeed())
@@ -559,13 +560,4 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 	b.Logf("manager after GC: heap in use %.1f MiB, stacks %.1f MiB, goroutines %.0f",
 		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
 	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
-}
-
-func freeAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
