@@ -1,18 +1,17 @@
 package testharness
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/prometheus/procfs"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"toolgate.dev/toolgate/internal/testenv"
@@ -152,21 +151,17 @@ func (p *Process) Exited() bool {
 	}
 }
 
-// RSS is the process's resident memory in bytes (VmRSS from /proc).
+// RSS is the process's resident memory in bytes (from /proc).
 func (p *Process) RSS() (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	proc, err := procfs.NewProc(p.cmd.Process.Pid)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb * 1024, err
-		}
+	stat, err := proc.Stat()
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", p.cmd.Process.Pid)
+	return int64(stat.ResidentMemory()), nil
 }
 
 // Log returns the process's log so far (for failure messages).
