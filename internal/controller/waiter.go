@@ -93,12 +93,9 @@ func (w *Waiter) Ensure(tc *toolgatev1alpha1.ToolCall, ref provider.Ref, until t
 	w.watches[tc.UID] = wt
 	pendingWaiters.Set(float64(len(w.watches)))
 	// The goroutine must not touch tc: the reconciler goes on writing into it.
-	uid, key := tc.UID, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
+	p := &poller{w: w, ctx: ctx, uid: tc.UID, key: types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}, wt: wt}
 	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		w.poll(ctx, uid, key, wt)
-	}()
+	go p.run()
 }
 
 // Latest returns what the waiter last observed for uid, if it observed anything worth reporting.
@@ -122,34 +119,59 @@ func (w *Waiter) Stop(uid types.UID) {
 	}
 }
 
-func (w *Waiter) poll(ctx context.Context, uid types.UID, key types.NamespacedName, wt *watch) {
-	log := w.log.WithValues("toolcall", key, "requestID", wt.ref.ID)
-	for ctx.Err() == nil {
-		req, err := w.client.Wait(ctx, wt.ref, w.wait)
-		if ctx.Err() != nil {
-			// Stopped, or our limit reached: the reconciler acts on the limit with its own clock.
-			return
-		}
-		if err != nil {
-			if final := isFinalWaitError(err); final {
-				log.Info("stopped polling on a final provider error", "code", provider.CodeOf(err))
-				w.report(ctx, uid, key, wt, &Observation{Err: err})
-				return
-			}
-			// Not retryable by the client, but not final for the ToolCall either (e.g. a rejected
-			// credential an operator can fix): try again later until the limit.
-			log.Info("provider poll failed; will poll again", "code", provider.CodeOf(err))
-			if !sleepCtx(ctx, w.retryDelay) {
-				return
-			}
-			continue
-		}
-		if provider.IsTerminal(req.Status) {
-			w.report(ctx, uid, key, wt, &Observation{Request: req})
-			return
-		}
-		// Still pending: nothing changed that the controller needs to hear about.
+// poller long-polls one request. It is one goroutine at a time, but not the same one throughout:
+// each long poll starts on a fresh goroutine and the previous one ends. Reading and checking an answer
+// grows a goroutine's stack to twice what waiting needs, and a stack keeps its size while it is in
+// use, so a single goroutine would hold the larger stack through every following wait, for each of
+// thousands of pending requests.
+type poller struct {
+	w   *Waiter
+	ctx context.Context
+	uid types.UID
+	key types.NamespacedName
+	wt  *watch
+}
+
+// run makes one long poll and hands the next to a new goroutine, unless the request is settled.
+func (p *poller) run() {
+	defer p.w.wg.Done()
+	if p.poll() {
+		p.w.wg.Add(1)
+		go p.run()
 	}
+}
+
+// poll makes one long poll and reports whether to poll again.
+func (p *poller) poll() bool {
+	w, ctx := p.w, p.ctx
+	if ctx.Err() != nil {
+		return false
+	}
+	req, err := w.client.Wait(ctx, p.wt.ref, w.wait)
+	if ctx.Err() != nil {
+		// Stopped, or our limit reached: the reconciler acts on the limit with its own clock.
+		return false
+	}
+	if err != nil {
+		// The logger is built only when there is something to log: a logger with values holds an
+		// encoded copy of them, which thousands of waiting requests would each keep for nothing.
+		log := w.log.WithValues("toolcall", p.key, "requestID", p.wt.ref.ID)
+		if isFinalWaitError(err) {
+			log.Info("stopped polling on a final provider error", "code", provider.CodeOf(err))
+			w.report(ctx, p.uid, p.key, p.wt, &Observation{Err: err})
+			return false
+		}
+		// Not retryable by the client, but not final for the ToolCall either (e.g. a rejected
+		// credential an operator can fix): try again later until the limit.
+		log.Info("provider poll failed; will poll again", "code", provider.CodeOf(err))
+		return sleepCtx(ctx, w.retryDelay)
+	}
+	if provider.IsTerminal(req.Status) {
+		w.report(ctx, p.uid, p.key, p.wt, &Observation{Request: req})
+		return false
+	}
+	// Still pending: nothing changed that the controller needs to hear about.
+	return true
 }
 
 // report records an observation and wakes the controller for the ToolCall.

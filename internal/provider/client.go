@@ -75,7 +75,10 @@ type Options struct {
 // HTTPClient implements Client over the provider's HTTP API.
 type HTTPClient struct {
 	base *url.URL
-	http *http.Client
+	// rt carries every attempt. Calls go to it directly rather than through an http.Client: redirects
+	// are never followed, there is no cookie jar, and a client would copy every request's headers
+	// for redirects that never happen, which a long poll would hold for its whole wait.
+	rt   http.RoundTripper
 	opts Options
 
 	credMu sync.RWMutex
@@ -114,7 +117,7 @@ func NewHTTPClient(opts Options) (*HTTPClient, error) {
 		}
 		rt = tr
 	}
-	c.http = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	c.rt = rt
 	return c, nil
 }
 
@@ -172,7 +175,7 @@ func (c *HTTPClient) Submit(ctx context.Context, s Submission) (*Request, error)
 	if err != nil {
 		return nil, &Error{Op: "submit", Code: CodeInvalidRequest, Err: err}
 	}
-	return c.do(ctx, call{op: "submit", method: http.MethodPost, path: "/v1/requests", body: body, key: s.IdempotencyKey, ref: ref})
+	return c.do(ctx, &call{op: "submit", method: http.MethodPost, path: "/v1/requests", body: body, key: s.IdempotencyKey, ref: ref})
 }
 
 // Wait implements Client.
@@ -181,12 +184,12 @@ func (c *HTTPClient) Wait(ctx context.Context, ref Ref, wait time.Duration) (*Re
 	if wait > 0 {
 		path += "?wait=" + url.QueryEscape(FormatTimeout(wait))
 	}
-	return c.do(ctx, call{op: "wait", method: http.MethodGet, path: path, ref: ref, timeout: wait + 10*time.Second})
+	return c.do(ctx, &call{op: "wait", method: http.MethodGet, path: path, ref: ref, timeout: wait + 10*time.Second})
 }
 
 // Cancel implements Client.
 func (c *HTTPClient) Cancel(ctx context.Context, ref Ref) (*Request, error) {
-	return c.do(ctx, call{op: "cancel", method: http.MethodPost, path: "/v1/requests/" + url.PathEscape(ref.ID) + "/cancel", ref: ref})
+	return c.do(ctx, &call{op: "cancel", method: http.MethodPost, path: "/v1/requests/" + url.PathEscape(ref.ID) + "/cancel", ref: ref})
 }
 
 type call struct {
@@ -199,42 +202,77 @@ type call struct {
 
 // do runs a call with retries: full-jitter exponential backoff with Retry-After as a floor, until
 // the call succeeds, fails with a non-retryable error, MaxAttempts is reached or ctx ends.
-func (c *HTTPClient) do(ctx context.Context, cl call) (*Request, error) {
-	reloaded := false
-	for attempt := 0; ; attempt++ {
+//
+// A long poll spends its whole wait inside do, attempt and the transport, on a goroutine of its own
+// for each waiting request. The frames on that path are kept small (the call travels by pointer;
+// building the request, reading the answer and judging a failure are functions of their own) so that
+// the goroutine's stack stays at its smallest size while it waits.
+func (c *HTTPClient) do(ctx context.Context, cl *call) (*Request, error) {
+	var st retryState
+	for {
 		cred := c.credential()
 		req, err := c.attempt(ctx, cl, cred)
 		if err == nil {
 			return req, nil
 		}
-		var pe *Error
-		if !errors.As(err, &pe) {
-			pe = &Error{Op: cl.op, Code: CodeNetwork, Retryable: true, Err: err}
-		}
-		if c.opts.OnError != nil {
-			c.opts.OnError(cl.op, metricCode(pe.Code))
-		}
-		if pe.Code == CodeUnauthenticated && !reloaded {
-			// A rotated Secret: read the credential again and repeat once, if it changed.
-			reloaded = true
-			if rerr := c.reloadCredential(); rerr == nil && c.credential() != cred {
-				continue
-			}
-		}
-		if !pe.Retryable || (c.opts.MaxAttempts > 0 && attempt+1 >= c.opts.MaxAttempts) {
+		delay, pe := c.failed(cl, err, cred, &st)
+		if pe != nil {
 			return nil, pe
 		}
-		delay := fullJitter(c.opts.BackoffBase, c.opts.BackoffCap, attempt)
-		if pe.RetryAfter > delay {
-			delay = pe.RetryAfter
+		if !sleepCtx(ctx, delay) {
+			return nil, st.last
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, pe
-		case <-t.C:
+	}
+}
+
+// retryState is what do carries from one failed attempt to the next.
+type retryState struct {
+	attempt  int
+	reloaded bool
+	last     *Error
+}
+
+// failed judges a failed attempt: it returns the error to give up with, or the delay before trying again.
+func (c *HTTPClient) failed(cl *call, err error, cred string, st *retryState) (time.Duration, *Error) {
+	var pe *Error
+	if !errors.As(err, &pe) {
+		pe = &Error{Op: cl.op, Code: CodeNetwork, Retryable: true, Err: err}
+	}
+	st.last = pe
+	if c.opts.OnError != nil {
+		c.opts.OnError(cl.op, metricCode(pe.Code))
+	}
+	if pe.Code == CodeUnauthenticated && !st.reloaded {
+		// A rotated Secret: read the credential again and repeat once, if it changed.
+		st.reloaded = true
+		if rerr := c.reloadCredential(); rerr == nil && c.credential() != cred {
+			return 0, nil
 		}
+	}
+	attempt := st.attempt
+	st.attempt++
+	if !pe.Retryable || (c.opts.MaxAttempts > 0 && attempt+1 >= c.opts.MaxAttempts) {
+		return 0, pe
+	}
+	delay := fullJitter(c.opts.BackoffBase, c.opts.BackoffCap, attempt)
+	if pe.RetryAfter > delay {
+		delay = pe.RetryAfter
+	}
+	return delay, nil
+}
+
+// sleepCtx waits for d, or less if ctx ends first; it reports whether the whole delay passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -249,23 +287,35 @@ func fullJitter(base, ceiling time.Duration, attempt int) time.Duration {
 	return rand.N(d) + 1
 }
 
-func (c *HTTPClient) attempt(ctx context.Context, cl call, cred string) (*Request, error) {
+// attempt makes one HTTP request of the call.
+func (c *HTTPClient) attempt(ctx context.Context, cl *call, cred string) (*Request, error) {
+	hreq, cancel, err := c.newRequest(ctx, cl, cred)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	resp, err := c.rt.RoundTrip(hreq)
+	return c.answer(cl, hreq, resp, err, cred)
+}
+
+// newRequest builds one attempt's HTTP request, bounded by the call's timeout.
+func (c *HTTPClient) newRequest(ctx context.Context, cl *call, cred string) (*http.Request, context.CancelFunc, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, &Error{Op: cl.op, Code: CodeTimeout, Detail: "gave up waiting for the provider", Err: err}
+		return nil, nil, &Error{Op: cl.op, Code: CodeTimeout, Detail: "gave up waiting for the provider", Err: err}
 	}
 	timeout := cl.timeout
 	if timeout <= 0 {
 		timeout = c.opts.RequestTimeout
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	var body io.Reader
 	if cl.body != nil {
 		body = bytes.NewReader(cl.body)
 	}
 	hreq, err := http.NewRequestWithContext(actx, cl.method, c.base.String()+cl.path, body)
 	if err != nil {
-		return nil, &Error{Op: cl.op, Code: CodeInvalidRequest, Err: err}
+		cancel()
+		return nil, nil, &Error{Op: cl.op, Code: CodeInvalidRequest, Err: err}
 	}
 	hreq.Header.Set("Authorization", "Bearer "+cred)
 	hreq.Header.Set("Accept", ContentTypeJSON+", "+ContentTypeProblemJSON)
@@ -275,13 +325,19 @@ func (c *HTTPClient) attempt(ctx context.Context, cl call, cred string) (*Reques
 	if cl.key != "" {
 		hreq.Header.Set(HeaderIdempotencyKey, cl.key)
 	}
-	resp, err := c.http.Do(hreq)
+	return hreq, cancel, nil
+}
+
+// answer reads and judges the response to one attempt (or the transport's error).
+func (c *HTTPClient) answer(cl *call, hreq *http.Request, resp *http.Response, err error, cred string) (*Request, error) {
 	if err != nil {
 		code := CodeNetwork
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 			code = CodeTimeout
 		}
-		// The transport error text can carry the URL but never the Authorization header.
+		// The same text an http.Client gives: the method and URL, then the cause. The transport
+		// error text can carry the URL but never the Authorization header.
+		err = &url.Error{Op: urlErrorOp(cl.method), URL: hreq.URL.String(), Err: err}
 		return nil, &Error{Op: cl.op, Code: code, Retryable: true, Err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -312,7 +368,7 @@ func redact(text, cred string) string {
 }
 
 // trusted decodes a success body and refuses it unless it is about the submitted request.
-func (c *HTTPClient) trusted(cl call, data []byte, status int, cred string) (*Request, error) {
+func (c *HTTPClient) trusted(cl *call, data []byte, status int, cred string) (*Request, error) {
 	r, err := DecodeRequest(data)
 	if err != nil {
 		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeMalformed, Detail: redact(err.Error(), cred)}
@@ -323,7 +379,7 @@ func (c *HTTPClient) trusted(cl call, data []byte, status int, cred string) (*Re
 	return r, nil
 }
 
-func (c *HTTPClient) problem(cl call, resp *http.Response, data []byte, cred string) (*Request, error) {
+func (c *HTTPClient) problem(cl *call, resp *http.Response, data []byte, cred string) (*Request, error) {
 	var p Problem
 	perr := json.Unmarshal(data, &p) // a non-problem body still yields a useful status-based error
 	code := p.Code
@@ -374,6 +430,11 @@ func retryAfter(v string) time.Duration {
 		}
 	}
 	return 0
+}
+
+// urlErrorOp is how net/http names a method in the errors of its client: "Get", "Post".
+func urlErrorOp(method string) string {
+	return method[:1] + strings.ToLower(method[1:])
 }
 
 func isTimeout(err error) bool {
