@@ -36,7 +36,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -263,18 +262,6 @@ func throughput(b *testing.B, mode string, n int) string {
 				data, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-"+mode+".pb.gz"), data, 0o644)
-			}
-		}()
-		go func() { // and the apiserver's, which is where the time goes
-			rc, err := rest.HTTPClientFor(env.Config)
-			if err != nil {
-				return
-			}
-			resp, err := rc.Get(env.Config.Host + "/debug/pprof/profile?seconds=20")
-			if err == nil {
-				data, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				_ = os.WriteFile(filepath.Join(*pprofDir, "apiserver-cpu-"+mode+".pb.gz"), data, 0o644)
 			}
 		}()
 	}
