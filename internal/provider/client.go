@@ -83,6 +83,10 @@ type HTTPClient struct {
 
 	credMu sync.RWMutex
 	cred   string
+	// readHeader is the header of every request without a body or an idempotency key (the long
+	// polls), built once per credential and shared: a transport only reads a request's header, and
+	// thousands of polls in flight need not each hold a copy.
+	readHeader http.Header
 }
 
 var _ Client = (*HTTPClient)(nil)
@@ -155,8 +159,24 @@ func (c *HTTPClient) reloadCredential() error {
 	}
 	c.credMu.Lock()
 	c.cred = cred
+	c.readHeader = c.header(cred)
 	c.credMu.Unlock()
 	return nil
+}
+
+// header is what every request carries.
+func (c *HTTPClient) header(cred string) http.Header {
+	return http.Header{"Authorization": {"Bearer " + cred}, "Accept": {ContentTypeJSON + ", " + ContentTypeProblemJSON}}
+}
+
+// sharedReadHeader returns the shared header for cred, or a new one if the credential changed since.
+func (c *HTTPClient) sharedReadHeader(cred string) http.Header {
+	c.credMu.RLock()
+	defer c.credMu.RUnlock()
+	if c.cred == cred {
+		return c.readHeader
+	}
+	return c.header(cred)
 }
 
 func (c *HTTPClient) credential() string {
@@ -317,8 +337,11 @@ func (c *HTTPClient) newRequest(ctx context.Context, cl *call, cred string) (*ht
 		cancel()
 		return nil, nil, &Error{Op: cl.op, Code: CodeInvalidRequest, Err: err}
 	}
-	hreq.Header.Set("Authorization", "Bearer "+cred)
-	hreq.Header.Set("Accept", ContentTypeJSON+", "+ContentTypeProblemJSON)
+	if cl.body == nil && cl.key == "" {
+		hreq.Header = c.sharedReadHeader(cred)
+		return hreq, cancel, nil
+	}
+	hreq.Header = c.header(cred)
 	if cl.body != nil {
 		hreq.Header.Set("Content-Type", ContentTypeJSON)
 	}

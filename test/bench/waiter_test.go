@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// waiterServerEnv names the file the long-poll server writes its URL and certificate into; set, the
+// test binary serves (TestWaiterServer) instead of testing.
+const waiterServerEnv = "TOOLGATE_BENCH_WAITER_SERVER"
+
+// BenchmarkWaiter measures what the waiter and the provider client hold for each waiting request, in
+// this process alone: the provider runs in a process of its own, so its goroutines and buffers are
+// not counted. 1,000 requests are long-polled over HTTPS with HTTP/2, as in the pending benchmark;
+// the server answers "pending" when each wait ends, and the figures are read once every request has
+// been answered twice, so that a goroutine's stack has been through reading an answer.
+func BenchmarkWaiter(b *testing.B) {
+	const n = 1000
+	const wait = 2 * time.Second
+	g := NewWithT(b)
+	url, caFile := startWaiterServer(b)
+	cred := filepath.Join(b.TempDir(), "credential")
+	g.Expect(os.WriteFile(cred, []byte("bench-credential"), 0o600)).To(Succeed())
+	caPEM, err := os.ReadFile(caFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	pool := x509.NewCertPool()
+	g.Expect(pool.AppendCertsFromPEM(caPEM)).To(BeTrue())
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	answered := &countingTransport{next: tr}
+	client, err := provider.NewHTTPClient(provider.Options{BaseURL: url, CredentialFile: cred, Transport: answered})
+	g.Expect(err).NotTo(HaveOccurred())
+	ref, err := waiterSubmission.Ref()
+	g.Expect(err).NotTo(HaveOccurred())
+	ref.ID = "request-1"
+
+	for range b.N {
+		w := controller.NewWaiter(client, wait, logr.Discard())
+		before := memStats()
+		g0 := runtime.NumGoroutine()
+		answered.n.Store(0)
+		for i := range n {
+			tc := &tg.ToolCall{}
+			tc.Namespace, tc.Name, tc.UID = "bench", fmt.Sprintf("call-%d", i), types.UID(fmt.Sprintf("uid-%d", i))
+			w.Ensure(tc, ref, time.Hour)
+		}
+		g.Eventually(answered.n.Load).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).
+			Should(BeNumerically(">=", 2*n), "every request answered twice")
+		after := memStats()
+		goroutines := runtime.NumGoroutine() - g0
+		stacks := float64(after.StackInuse-before.StackInuse) / n / 1024
+		heap := float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / n / 1024
+		b.ReportMetric(stacks, "stack-KiB/request")
+		b.ReportMetric(heap, "heap-KiB/request")
+		b.ReportMetric(float64(goroutines)/n, "goroutines/request")
+		b.Logf("%d waiting requests: %.2f goroutines, %.1f KiB of stacks and %.1f KiB of heap in use each", n, float64(goroutines)/n, stacks, heap)
+		for i := range n {
+			w.Stop(types.UID(fmt.Sprintf("uid-%d", i)))
+		}
+	}
+}
+
+var waiterSubmission = provider.Submission{Tool: "issue_refund", Arguments: []byte(`{"amount":1}`)}
+
+func memStats() runtime.MemStats {
+	runtime.GC()
+	runtime.GC() // the second cycle shrinks stacks the first found oversized
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
+}
+
+// countingTransport counts the round trips that returned an answer.
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return resp, err
+}
+
+// startWaiterServer runs TestWaiterServer in a child process and returns its URL and CA file.
+func startWaiterServer(b *testing.B) (url, caFile string) {
+	dir := b.TempDir()
+	info := filepath.Join(dir, "server")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestWaiterServer$")
+	cmd.Env = append(os.Environ(), waiterServerEnv+"="+info)
+	stdout, err := cmd.StdoutPipe()
+	NewWithT(b).Expect(err).NotTo(HaveOccurred())
+	NewWithT(b).Expect(cmd.Start()).To(Succeed())
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && lines.Text() != "serving" {
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	data, err := os.ReadFile(info)
+	NewWithT(b).Expect(err).NotTo(HaveOccurred(), "the long-poll server did not start")
+	u, cert, _ := bytes.Cut(data, []byte("\n")) // the URL's line, then the certificate
+	caFile = filepath.Join(dir, "ca.pem")
+	NewWithT(b).Expect(os.WriteFile(caFile, cert, 0o600)).To(Succeed())
+	return string(u), caFile
+}
+
+// TestWaiterServer is BenchmarkWaiter's provider: it holds each long poll for its whole wait, then
+// answers that the request is still pending. It runs only in the child process the benchmark starts.
+func TestWaiterServer(t *testing.T) {
+	info := os.Getenv(waiterServerEnv)
+	if info == "" {
+		t.Skip("runs only as BenchmarkWaiter's server")
+	}
+	ref, err := waiterSubmission.Ref()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"id":"request-1","tool":%q,"arguments":%s,"arguments_sha256":%q,"timeout":"30m","status":"pending","created_at":"2026-01-01T00:00:00Z","deadline_at":"2036-01-01T00:30:00Z"}`,
+		ref.Tool, waiterSubmission.Arguments, ref.ArgumentsSHA256)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
+		select {
+		case <-time.After(wait):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", provider.ContentTypeJSON)
+		_, _ = io.WriteString(w, body)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(info, append([]byte(srv.URL+"\n"), cert...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("serving")
+	select {}
+}
