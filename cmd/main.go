@@ -43,7 +43,7 @@ func main() {
 	flag.DurationVar(&timing.SkewMargin, "skew-margin", timing.SkewMargin, "An approval is treated as expired this long before decision.expires_at.")
 	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", 2*time.Minute, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
 	flag.IntVar(&providerMaxConns, "provider-max-conns", 0, "Upper bound on connections to the provider (0: none; each pending long poll holds one).")
-	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Reconcile workers.")
+	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 32, "Reconcile workers.")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to serve (empty: all).")
 	flag.DurationVar(&o.RequeuePoll, "requeue-poll", 0, "Benchmark baseline: instead of long polls, read each pending request without waiting and requeue after this interval (0: long polls).")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")

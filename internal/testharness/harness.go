@@ -372,7 +372,12 @@ func FinishJob(ctx context.Context, c client.Client, ns, jobName string, succeed
 		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: ns, Labels: job.Spec.Template.Labels},
 		Spec:       *job.Spec.Template.Spec.DeepCopy(),
 	}
-	if err := c.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
+		// A repeated call (the first one failed later on): finish the Pod it created.
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	exit := int32(0)

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -36,6 +37,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -55,7 +57,7 @@ var (
 	window      = flag.Duration("bench.window", time.Minute, "steady-state window over which provider requests and writes are counted")
 	decisions   = flag.Int("bench.decisions", 200, "approvals whose decision-to-Job latency is measured (at most N)")
 	throughputN = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
-	workers     = flag.Int("bench.workers", 16, "manager reconcile workers (--max-concurrent-reconciles)")
+	workers     = flag.Int("bench.workers", 32, "manager reconcile workers (--max-concurrent-reconciles)")
 	useTLS      = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
 	pprofDir    = flag.String("bench.pprof", "", "directory to save the manager heap profile in at the end of each steady window")
 	writeDoc    = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
@@ -494,24 +496,36 @@ func approver(h *th.Harness) func(*tg.ToolCall) {
 	}
 }
 
-// kubelet finishes every Job as soon as it is created.
+var finishBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: 2 * time.Second}
+
+// kubelet finishes every Job as soon as it is created. A watch the apiserver ends is opened again;
+// it starts with every Job there is, and finishing a Job twice is harmless.
 func kubelet(ctx context.Context, b *testing.B, h *th.Harness) {
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
 	if err != nil {
 		b.Error(err)
 		return
 	}
-	w, err := wc.Watch(ctx, &batchv1.JobList{}, client.InNamespace(h.NS))
-	if err != nil {
-		b.Error(err)
-		return
-	}
-	for ev := range w.ResultChan() {
-		if job, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added {
-			go func() { _ = th.FinishJob(ctx, h.K8s, h.NS, job.Name, true, "refunded") }()
+	for ctx.Err() == nil {
+		w, err := wc.Watch(ctx, &batchv1.JobList{}, client.InNamespace(h.NS))
+		if err != nil {
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if job, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added && !jobFinished(job) {
+				// An apiserver under load may refuse a write (429 from priority and fairness): try
+				// again, as a kubelet would, until the Job is finished.
+				go func() {
+					_ = wait.ExponentialBackoffWithContext(ctx, finishBackoff, func(ctx context.Context) (bool, error) {
+						return th.FinishJob(ctx, h.K8s, h.NS, job.Name, true, "refunded") == nil, nil
+					})
+				}()
+			}
 		}
 	}
 }
+
+func jobFinished(job *batchv1.Job) bool { return job.Status.Succeeded+job.Status.Failed > 0 }
 
 // metricsSnapshot is one scrape of the manager's /metrics.
 type metricsSnapshot map[string]*dto.MetricFamily
