@@ -164,7 +164,12 @@ func (p *poller) poll() bool {
 		// Not retryable by the client, but not final for the ToolCall either (e.g. a rejected
 		// credential an operator can fix): try again later until the limit.
 		log.Info("provider poll failed; will poll again", "code", provider.CodeOf(err))
-		return sleepCtx(ctx, w.retryDelay)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(w.retryDelay):
+			return true
+		}
 	}
 	if provider.IsTerminal(req.Status) {
 		w.report(ctx, p.uid, p.key, p.wt, &Observation{Request: req})
@@ -198,15 +203,4 @@ func isFinalWaitError(err error) bool {
 		return false
 	}
 	return pe.Code == provider.CodeNotFound || provider.IsUntrusted(err)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
