@@ -64,9 +64,9 @@ var (
 )
 
 var (
-	env     *th.Env
-	results []string
-	thrRows []string
+	env                 *th.Env
+	results             []string
+	thrRows             []string
 	ceiling, crdCeiling float64
 )
 

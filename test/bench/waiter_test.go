@@ -66,7 +66,7 @@ func BenchmarkWaiter(b *testing.B) {
 			tc.Namespace, tc.Name, tc.UID = "bench", fmt.Sprintf("call-%d", i), types.UID(fmt.Sprintf("uid-%d", i))
 			w.Ensure(tc, ref, time.Hour)
 		}
-		g.Eventually(answered.n.Load).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).
+		g.Eventually(answered.n.Load).WithTimeout(time.Minute).WithPolling(50*time.Millisecond).
 			Should(BeNumerically(">=", 2*n), "every request answered twice")
 		after := memStats()
 		goroutines := runtime.NumGoroutine() - g0
