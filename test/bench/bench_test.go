@@ -253,7 +253,7 @@ func throughput(b *testing.B, mode string, n int) string {
 	g := h.G
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go kubelet(ctx, b, h)
+	kubelet(ctx, b, h)
 	states := watchPhases(b, h, approver(h))
 	before, err := scrape(p)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -393,32 +393,22 @@ type phases struct {
 // watchPhases starts following; onChange, when set, is told about every ToolCall the watch delivers.
 func watchPhases(b *testing.B, h *th.Harness, onChange func(*tg.ToolCall)) *phases {
 	p := &phases{of: map[string]tg.ToolCallPhase{}}
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
-	h.G.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	go func() {
-		for ctx.Err() == nil { // a watch the apiserver ends is opened again: it starts with every ToolCall
-			w, err := wc.Watch(ctx, &tg.ToolCallList{}, client.InNamespace(h.NS))
-			if err != nil {
-				continue
-			}
-			for ev := range w.ResultChan() {
-				if tc, ok := ev.Object.(*tg.ToolCall); ok {
-					p.mu.Lock()
-					if ev.Type == watch.Deleted {
-						delete(p.of, tc.Name)
-					} else {
-						p.of[tc.Name] = tc.Status.Phase
-					}
-					p.mu.Unlock()
-					if onChange != nil && ev.Type != watch.Deleted {
-						onChange(tc)
-					}
-				}
-			}
+	h.G.Expect(follow(b, &tg.ToolCallList{}, h.NS, func(ev watch.Event) {
+		tc, ok := ev.Object.(*tg.ToolCall)
+		if !ok {
+			return
 		}
-	}()
+		p.mu.Lock()
+		if ev.Type == watch.Deleted {
+			delete(p.of, tc.Name)
+		} else {
+			p.of[tc.Name] = tc.Status.Phase
+		}
+		p.mu.Unlock()
+		if onChange != nil && ev.Type != watch.Deleted {
+			onChange(tc)
+		}
+	})).To(Succeed())
 	return p
 }
 
@@ -449,28 +439,49 @@ func (s *seen) get(uid string) (time.Time, bool) {
 
 func watchJobs(b *testing.B, h *th.Harness) *seen {
 	s := &seen{at: map[string]time.Time{}}
+	h.G.Expect(follow(b, &batchv1.JobList{}, h.NS, func(ev watch.Event) {
+		if ev.Type != watch.Added {
+			return
+		}
+		now := time.Now()
+		if job, ok := ev.Object.(*batchv1.Job); ok {
+			s.mu.Lock()
+			if _, dup := s.at[job.Labels[tg.LabelToolCallUID]]; !dup {
+				s.at[job.Labels[tg.LabelToolCallUID]] = now
+			}
+			s.mu.Unlock()
+		}
+	})).To(Succeed())
+	return s
+}
+
+// follow hands every event of a watch on list in namespace ns to each until the benchmark ends. The
+// first watch is open when it returns; a watch the apiserver ends is opened again, and starts again
+// with every object there is, so each must accept an object it has seen before.
+func follow(b *testing.B, list client.ObjectList, ns string, each func(watch.Event)) error {
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
-	h.G.Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	w, err := wc.Watch(ctx, &batchv1.JobList{}, client.InNamespace(h.NS))
-	h.G.Expect(err).NotTo(HaveOccurred())
-	go func() {
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added {
-				continue
-			}
-			now := time.Now()
-			if job, ok := ev.Object.(*batchv1.Job); ok {
-				s.mu.Lock()
-				if _, dup := s.at[job.Labels[tg.LabelToolCallUID]]; !dup {
-					s.at[job.Labels[tg.LabelToolCallUID]] = now
-				}
-				s.mu.Unlock()
+	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
+	if err != nil {
+		return err
+	}
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if w == nil {
+			if w, err = wc.Watch(ctx, list, client.InNamespace(ns)); err != nil {
+				w = nil
+				return
 			}
 		}
-	}()
-	return s
+		for ev := range w.ResultChan() {
+			each(ev)
+		}
+		w = nil
+	}, 100*time.Millisecond)
+	return nil
 }
 
 // approver approves each request as soon as its ToolCall is AwaitingApproval, as a person watching
@@ -498,30 +509,22 @@ func approver(h *th.Harness) func(*tg.ToolCall) {
 
 var finishBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: 2 * time.Second}
 
-// kubelet finishes every Job as soon as it is created. A watch the apiserver ends is opened again;
-// it starts with every Job there is, and finishing a Job twice is harmless.
+// kubelet finishes every Job as soon as it is created. A Job seen again after its watch was opened
+// again is finished again, which is harmless.
 func kubelet(ctx context.Context, b *testing.B, h *th.Harness) {
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
+	err := follow(b, &batchv1.JobList{}, h.NS, func(ev watch.Event) {
+		if job, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added && !jobFinished(job) {
+			// An apiserver under load may refuse a write (429 from priority and fairness): try
+			// again, as a kubelet would, until the Job is finished.
+			go func() {
+				_ = wait.ExponentialBackoffWithContext(ctx, finishBackoff, func(ctx context.Context) (bool, error) {
+					return th.FinishJob(ctx, h.K8s, h.NS, job.Name, true, "refunded") == nil, nil
+				})
+			}()
+		}
+	})
 	if err != nil {
 		b.Error(err)
-		return
-	}
-	for ctx.Err() == nil {
-		w, err := wc.Watch(ctx, &batchv1.JobList{}, client.InNamespace(h.NS))
-		if err != nil {
-			continue
-		}
-		for ev := range w.ResultChan() {
-			if job, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added && !jobFinished(job) {
-				// An apiserver under load may refuse a write (429 from priority and fairness): try
-				// again, as a kubelet would, until the Job is finished.
-				go func() {
-					_ = wait.ExponentialBackoffWithContext(ctx, finishBackoff, func(ctx context.Context) (bool, error) {
-						return th.FinishJob(ctx, h.K8s, h.NS, job.Name, true, "refunded") == nil, nil
-					})
-				}()
-			}
-		}
 	}
 }
 
