@@ -159,13 +159,13 @@ func (c *HTTPClient) reloadCredential() error {
 	}
 	c.credMu.Lock()
 	c.cred = cred
-	c.readHeader = c.header(cred)
+	c.readHeader = requestHeader(cred)
 	c.credMu.Unlock()
 	return nil
 }
 
-// header is what every request carries.
-func (c *HTTPClient) header(cred string) http.Header {
+// requestHeader is what every request carries.
+func requestHeader(cred string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + cred}, "Accept": {ContentTypeJSON + ", " + ContentTypeProblemJSON}}
 }
 
@@ -176,7 +176,7 @@ func (c *HTTPClient) sharedReadHeader(cred string) http.Header {
 	if c.cred == cred {
 		return c.readHeader
 	}
-	return c.header(cred)
+	return requestHeader(cred)
 }
 
 func (c *HTTPClient) credential() string {
@@ -341,7 +341,7 @@ func (c *HTTPClient) newRequest(ctx context.Context, cl *call, cred string) (*ht
 		hreq.Header = c.sharedReadHeader(cred)
 		return hreq, cancel, nil
 	}
-	hreq.Header = c.header(cred)
+	hreq.Header = requestHeader(cred)
 	if cl.body != nil {
 		hreq.Header.Set("Content-Type", ContentTypeJSON)
 	}
