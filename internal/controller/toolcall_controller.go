@@ -425,42 +425,23 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, tc *tg.ToolCall,
 
 // startJob starts the approved call: the Job's existence is the record that the tool ran, so an
 // existing Job is never re-checked or re-created, and a new one is created only if the approval is
-// still valid at that instant.
+// still valid at that instant. The create itself finds an existing Job (AlreadyExists); the Job is
+// looked up only before saying that the call did not run.
 func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
 	name := JobName(tc)
-	existing := &batchv1.Job{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: name}, existing)
-	if err == nil {
-		return r.markRunning(tc, name)
-	}
-	if !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	tool, rej, err := r.findTool(ctx, tc)
+	job, stop, err := r.approvedJob(ctx, tc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if rej != nil {
-		setPhase(tc, tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: "+rej.message+" The call did not run.")
-		return ctrl.Result{}, nil
-	}
-	w, _, err := r.submission(tc)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	// The Tool's limit holds whatever the ToolCall's metadata says.
-	w.ExecutionTimeout = min(w.ExecutionTimeout, executionTimeout(tool))
-	job := buildJob(tc, tool, r.Timing.ActiveDeadline(w, r.Clock.Now()))
-
-	// Immediately before the call starts: is the approval still valid, and is there still time?
-	now := r.Clock.Now()
-	expires := timeOf(tc.Status.Decision.ExpiresAt)
-	if !r.Timing.ApprovalUsable(now, expires) {
-		setPhase(tc, tg.PhaseExpired, tg.ReasonApprovalExpired, fmt.Sprintf("The approval expired at %s, before the call could start. The call did not run.", expires.UTC().Format(time.RFC3339)))
-		return ctrl.Result{}, nil
-	}
-	if !now.Before(r.Timing.ApprovalLimit(w)) || *job.Spec.ActiveDeadlineSeconds < 1 {
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool. The call did not run.")
+	if stop != nil {
+		started, err := r.jobExists(ctx, tc.Namespace, name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if started {
+			return r.markRunning(tc, name)
+		}
+		setPhase(tc, stop.phase, stop.reason, stop.message)
 		return ctrl.Result{}, nil
 	}
 	if err := r.crash(CrashBeforeJobCreate); err != nil {
@@ -477,9 +458,59 @@ func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctr
 		setPhase(tc, tg.PhaseFailed, tg.ReasonJobRefused, fmt.Sprintf("The call was approved but the Job was refused by the cluster (%v). The call did not run.", apierrors.ReasonForError(err)))
 		return ctrl.Result{}, nil
 	default:
-		// Not created (or unknown): the next attempt looks for the Job first, then checks again.
+		// Not created (or unknown): the next attempt checks again, and creating finds a Job that exists.
 		return ctrl.Result{}, fmt.Errorf("creating Job %s: %w", name, err)
 	}
+}
+
+// notStarted is the outcome of an approved call that must not start, unless its Job already exists.
+type notStarted struct {
+	phase           tg.ToolCallPhase
+	reason, message string
+}
+
+// approvedJob builds the Job for an approved call, or says why the call cannot start now: the Tool is
+// gone or invalid, the approval is no longer valid at this instant, or no time is left to run it.
+func (r *ToolCallReconciler) approvedJob(ctx context.Context, tc *tg.ToolCall) (*batchv1.Job, *notStarted, error) {
+	tool, rej, err := r.findTool(ctx, tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rej != nil {
+		return nil, &notStarted{tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: " + rej.message + " The call did not run."}, nil
+	}
+	w, _, err := r.submission(tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The Tool's limit holds whatever the ToolCall's metadata says.
+	w.ExecutionTimeout = min(w.ExecutionTimeout, executionTimeout(tool))
+	job := buildJob(tc, tool, r.Timing.ActiveDeadline(w, r.Clock.Now()))
+
+	// Immediately before the call starts: is the approval still valid, and is there still time?
+	now := r.Clock.Now()
+	expires := timeOf(tc.Status.Decision.ExpiresAt)
+	if !r.Timing.ApprovalUsable(now, expires) {
+		return nil, &notStarted{tg.PhaseExpired, tg.ReasonApprovalExpired, fmt.Sprintf("The approval expired at %s, before the call could start. The call did not run.", expires.UTC().Format(time.RFC3339))}, nil
+	}
+	if !now.Before(r.Timing.ApprovalLimit(w)) || *job.Spec.ActiveDeadlineSeconds < 1 {
+		return nil, &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool. The call did not run."}, nil
+	}
+	return job, nil, nil
+}
+
+// jobExists says whether the ToolCall's Job was created: from the cache if it holds the Job, else
+// from the apiserver (a cache that has not seen it yet proves nothing).
+func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name string) (bool, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if err := r.Get(ctx, key, &batchv1.Job{}); err == nil {
+		return true, nil
+	}
+	err := r.APIReader.Get(ctx, key, &batchv1.Job{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Crash points.

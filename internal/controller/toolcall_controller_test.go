@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -421,31 +422,46 @@ func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
 	}
 }
 
-// A Job that exists is the record that the tool started: never re-checked, never re-created, even
-// when the approval has since expired.
+// A Job that exists is the record that the tool started: never re-created, and never reported as not
+// run, whatever changed while the manager was down.
 func TestExistingJobIsNeverRecheckedOrRecreated(t *testing.T) {
-	h, clk := th.NewClocked(t, env)
-	g := h.G
-	h.Opts.Crash = func(p string) error {
-		if p == controller.CrashAfterJobCreate {
-			return errors.New("process killed")
-		}
-		return nil
+	cases := []struct {
+		name      string
+		validFor  time.Duration // of the approval
+		whileDown func(h *th.Harness, clk *clocktesting.FakePassiveClock)
+	}{
+		{"the approval expired", 2 * time.Minute, func(_ *th.Harness, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(clk.Now().Add(10 * time.Minute))
+		}},
+		{"the Tool was deleted", 2 * time.Minute, func(h *th.Harness, _ *clocktesting.FakePassiveClock) {
+			h.G.Expect(h.K8s.Delete(context.Background(), &tg.Tool{ObjectMeta: metav1.ObjectMeta{Name: "issue-refund", Namespace: h.NS}})).To(Succeed())
+		}},
+		{"the waiting limit passed", 3 * time.Hour, func(_ *th.Harness, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(clk.Now().Add(2 * time.Hour))
+		}},
 	}
-	h.StopManager()
-	h.Start()
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
-	req := h.PendingRequest("refund")
-	h.Approve(req.ID, 2*time.Minute)
-	g.Eventually(func() int { return len(h.Jobs()) }).Should(Equal(1))
-	h.StopManager()
-	// The approval has expired by the time the new manager recovers it; the Job already exists.
-	clk.SetTime(clk.Now().Add(10 * time.Minute))
-	h.Opts.Crash = nil
-	h.Start()
-	running := h.WaitPhase("refund", tg.PhaseRunning)
-	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
-	g.Expect(h.Jobs()).To(HaveLen(1))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, clk := th.NewClocked(t, env)
+			g := h.G
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+			req := h.PendingRequest("refund")
+			awaiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+			h.Approve(req.ID, c.validFor)
+			g.Eventually(func() int { return len(h.Jobs()) }).Should(Equal(1))
+			// The manager dies after the Job create, before its status write: the status it wrote is
+			// taken back, so the next manager starts from AwaitingApproval with the Job in place.
+			h.StopManager()
+			cur := h.Get("refund")
+			cur.Status = awaiting.Status
+			g.Expect(h.K8s.Status().Update(context.Background(), cur)).To(Succeed())
+			c.whileDown(h, clk)
+			h.Start()
+			running := h.WaitPhase("refund", tg.PhaseRunning)
+			g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
+			g.Expect(h.Jobs()).To(HaveLen(1))
+		})
+	}
 }
 
 // The reconciler never blocks a worker on a long poll: with one worker and 30s polls, many
