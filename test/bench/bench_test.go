@@ -36,9 +36,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -55,7 +58,7 @@ var (
 	sizesFlag   = flag.String("bench.sizes", "100,1000,10000", "numbers of pending ToolCalls")
 	modesFlag   = flag.String("bench.modes", "longpoll,requeue", "designs to measure: longpoll (Toolgate) and requeue (the baseline)")
 	window      = flag.Duration("bench.window", time.Minute, "steady-state window over which provider requests and writes are counted")
-	decisions   = flag.Int("bench.decisions", 200, "approvals whose decision-to-Job latency is measured (at most N)")
+	decisions   = flag.Int("bench.decisions", 1000, "approvals whose decision-to-Job latency is measured (at most N), arriving at 20 a second on average")
 	throughputN = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
 	workers     = flag.Int("bench.workers", 32, "manager reconcile workers (--max-concurrent-reconciles)")
 	useTLS      = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
@@ -188,14 +191,17 @@ func pending(b *testing.B, mode string, n int) string {
 	steadyWrites := after.writes("") - before.writes("")
 	rssPer := float64(rss-idleRSS) / float64(n)
 
-	// Decisions at random times over 10s; latency from the approval to the Job being seen.
+	// Decisions at random times, 20 a second on average; latency from the approval to the Job being seen.
+	m0, err := scrape(p)
+	g.Expect(err).NotTo(HaveOccurred())
 	d := min(*decisions, n)
 	approved := map[string]time.Time{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	spread := time.Duration(d) * time.Second / 20
 	for _, i := range rand.Perm(n)[:d] {
 		tc := h.Get(names[i])
-		at := time.Duration(rand.Int64N(int64(10 * time.Second)))
+		at := time.Duration(rand.Int64N(int64(spread)))
 		wg.Add(1)
 		time.AfterFunc(at, func() {
 			defer wg.Done()
@@ -223,6 +229,12 @@ func pending(b *testing.B, mode string, n int) string {
 		return len(lat)
 	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(d), "Jobs created for the approvals")
 	slices.Sort(lat)
+	if m1, err := scrape(p); err == nil {
+		for _, name := range []string{"workqueue_queue_duration_seconds", "controller_runtime_reconcile_time_seconds", "rest_client_request_duration_seconds"} {
+			b.Logf("%s during the decisions:%s", name, histogramDelta(m0, m1, name))
+		}
+	}
+	b.Logf("slowest decisions: %v", lat[max(0, len(lat)-5):])
 
 	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.1f | %.1f |",
 		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, steadyWrites, rssPer/1024, livePer/1024)
@@ -265,6 +277,18 @@ func throughput(b *testing.B, mode string, n int) string {
 				data, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-"+mode+".pb.gz"), data, 0o644)
+			}
+		}()
+		go func() { // and the apiserver's
+			rc, err := rest.RESTClientFor(restConfigFor(h.Env.Config))
+			if err != nil {
+				return
+			}
+			data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").DoRaw(ctx)
+			if err == nil {
+				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-apiserver-"+mode+".pb.gz"), data, 0o644)
+			} else {
+				b.Logf("apiserver profile: %v", err)
 			}
 		}()
 	}
@@ -648,4 +672,62 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_heap_alloc_bytes")/(1<<20),
 		m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
 	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
+}
+
+// restConfigFor is cfg made fit for a raw REST client of the apiserver's non-resource paths.
+func restConfigFor(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &schema.GroupVersion{}
+	c.APIPath = "/"
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c.Timeout = time.Minute
+	return c
+}
+
+// histogramDelta prints, per label set, how many observations of a histogram fell into each bucket
+// between two scrapes.
+func histogramDelta(m0, m1 metricsSnapshot, name string) string {
+	var out strings.Builder
+	f1, ok := m1[name]
+	if !ok {
+		return " (absent)"
+	}
+	prev := map[string]*dto.Histogram{}
+	if f0, ok := m0[name]; ok {
+		for _, m := range f0.GetMetric() {
+			prev[labelsOf(m)] = m.GetHistogram()
+		}
+	}
+	for _, m := range f1.GetMetric() {
+		h := m.GetHistogram()
+		h0 := prev[labelsOf(m)]
+		n := h.GetSampleCount()
+		if h0 != nil {
+			n -= h0.GetSampleCount()
+		}
+		if n == 0 {
+			continue
+		}
+		fmt.Fprintf(&out, "\n  %s n=%d:", labelsOf(m), n)
+		last := uint64(0)
+		for i, bk := range h.GetBucket() {
+			c := bk.GetCumulativeCount()
+			if h0 != nil {
+				c -= h0.GetBucket()[i].GetCumulativeCount()
+			}
+			if c != last {
+				fmt.Fprintf(&out, " <=%gs:%d", bk.GetUpperBound(), c-last)
+				last = c
+			}
+		}
+	}
+	return out.String()
+}
+
+func labelsOf(m *dto.Metric) string {
+	var parts []string
+	for _, l := range m.GetLabel() {
+		parts = append(parts, l.GetName()+"="+l.GetValue())
+	}
+	return strings.Join(parts, ",")
 }
