@@ -18,6 +18,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	gotypes "go/types"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,7 +115,9 @@ func controllerReasons(t *testing.T) []string {
 }
 
 // controllerPhaseReasons returns "Phase/ReasonConst" for every setPhase call in the controller. A
-// call passing a rejection's reason (rej.reason) stands for every reason a rejection literal carries.
+// call passing a rejection's reason (rej.reason) stands for every reason a rejection literal carries,
+// and one passing a notStarted's phase and reason (stop.phase, stop.reason) for every pair a notStarted
+// literal carries.
 func controllerPhaseReasons(t *testing.T) []string {
 	t.Helper()
 	files := controllerFiles(t)
@@ -139,9 +142,34 @@ func controllerPhaseReasons(t *testing.T) []string {
 	if len(rejectionReasons) == 0 {
 		t.Fatal("found no rejection{...} literal in internal/controller; update controllerPhaseReasons in internal/docstest")
 	}
+	var notStartedPairs []string
+	for _, f := range files {
+		alias := apiAlias(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok || !isIdent(lit.Type, "notStarted") || len(lit.Elts) < 2 {
+				return true
+			}
+			phase, okP := apiSelector(lit.Elts[0], alias, "Phase")
+			reason, okR := apiSelector(lit.Elts[1], alias, "Reason")
+			if !okP || !okR {
+				t.Errorf("a notStarted literal in internal/controller does not start with a v1alpha1.Phase* and a v1alpha1.Reason* constant (%s); update controllerPhaseReasons in internal/docstest", gotypes.ExprString(lit))
+				return true
+			}
+			notStartedPairs = append(notStartedPairs, strings.TrimPrefix(phase, "Phase")+"/"+reason)
+			return true
+		})
+	}
+	if len(notStartedPairs) == 0 {
+		t.Fatal("found no notStarted{...} literal in internal/controller; update controllerPhaseReasons in internal/docstest")
+	}
 
 	var pairs []string
-	fset := token.NewFileSet()
+	add := func(p string) {
+		if !slices.Contains(pairs, p) {
+			pairs = append(pairs, p)
+		}
+	}
 	for _, f := range files {
 		alias := apiAlias(f)
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -149,25 +177,29 @@ func controllerPhaseReasons(t *testing.T) []string {
 			if !ok || !isIdent(call.Fun, "setPhase") || len(call.Args) != 4 {
 				return true
 			}
+			if isField(call.Args[1], "phase") && isField(call.Args[2], "reason") {
+				for _, p := range notStartedPairs {
+					add(p)
+				}
+				return true
+			}
 			phase, ok := apiSelector(call.Args[1], alias, "Phase")
 			if !ok {
-				t.Errorf("a setPhase call in internal/controller passes a phase that is not a v1alpha1.Phase* constant (%s); update controllerPhaseReasons in internal/docstest", exprString(fset, call.Args[1]))
+				t.Errorf("a setPhase call in internal/controller passes a phase that is not a v1alpha1.Phase* constant (%s); update controllerPhaseReasons in internal/docstest", gotypes.ExprString(call.Args[1]))
 				return true
 			}
 			phase = strings.TrimPrefix(phase, "Phase")
 			var reasons []string
 			if reason, ok := apiSelector(call.Args[2], alias, "Reason"); ok {
 				reasons = []string{reason}
-			} else if sel, ok := call.Args[2].(*ast.SelectorExpr); ok && sel.Sel.Name == "reason" {
+			} else if isField(call.Args[2], "reason") {
 				reasons = rejectionReasons
 			} else {
-				t.Errorf("a setPhase call in internal/controller passes a reason this test cannot resolve (%s); update controllerPhaseReasons in internal/docstest", exprString(fset, call.Args[2]))
+				t.Errorf("a setPhase call in internal/controller passes a reason this test cannot resolve (%s); update controllerPhaseReasons in internal/docstest", gotypes.ExprString(call.Args[2]))
 				return true
 			}
 			for _, r := range reasons {
-				if p := phase + "/" + r; !slices.Contains(pairs, p) {
-					pairs = append(pairs, p)
-				}
+				add(phase + "/" + r)
 			}
 			return true
 		})
@@ -718,10 +750,10 @@ func stringLit(e ast.Expr) (string, bool) {
 	return s, err == nil
 }
 
-func exprString(fset *token.FileSet, e ast.Expr) string {
-	var b strings.Builder
-	ast.Fprint(&b, fset, e, nil)
-	return strings.Join(strings.Fields(b.String()), " ")
+// isField says whether e selects the field name (x.name).
+func isField(e ast.Expr, name string) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	return ok && sel.Sel.Name == name
 }
 
 // tableRows returns the cells of every Markdown table row (header and separator rows included).
