@@ -424,9 +424,9 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, tc *tg.ToolCall,
 }
 
 // startJob starts the approved call: the Job's existence is the record that the tool ran, so an
-// existing Job is never re-checked or re-created, and a new one is created only if the approval is
-// still valid at that instant. The create itself finds an existing Job (AlreadyExists); the Job is
-// looked up only before saying that the call did not run.
+// existing Job is never re-created and its call is never reported as not run, and a new one is created
+// only if the approval is still valid at that instant. The create itself finds an existing Job
+// (AlreadyExists); the Job is looked up only before saying that the call did not run.
 func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
 	name := JobName(tc)
 	job, stop, err := r.approvedJob(ctx, tc)

@@ -36,12 +36,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -230,7 +228,7 @@ func pending(b *testing.B, mode string, n int) string {
 	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(d), "Jobs created for the approvals")
 	slices.Sort(lat)
 	if m1, err := scrape(p); err == nil {
-		for _, name := range []string{"workqueue_queue_duration_seconds", "controller_runtime_reconcile_time_seconds", "rest_client_request_duration_seconds"} {
+		for _, name := range []string{"workqueue_queue_duration_seconds", "controller_runtime_reconcile_time_seconds"} {
 			b.Logf("%s during the decisions:%s", name, histogramDelta(m0, m1, name))
 		}
 	}
@@ -280,11 +278,12 @@ func throughput(b *testing.B, mode string, n int) string {
 			}
 		}()
 		go func() { // and the apiserver's
-			rc, err := rest.RESTClientFor(restConfigFor(h.Env.Config))
+			dc, err := discovery.NewDiscoveryClientForConfig(h.Env.Config)
 			if err != nil {
+				b.Logf("apiserver profile: %v", err)
 				return
 			}
-			data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").DoRaw(ctx)
+			data, err := dc.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").DoRaw(ctx)
 			if err == nil {
 				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-apiserver-"+mode+".pb.gz"), data, 0o644)
 			} else {
@@ -672,16 +671,6 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_heap_alloc_bytes")/(1<<20),
 		m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
 	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
-}
-
-// restConfigFor is cfg made fit for a raw REST client of the apiserver's non-resource paths.
-func restConfigFor(cfg *rest.Config) *rest.Config {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &schema.GroupVersion{}
-	c.APIPath = "/"
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	c.Timeout = time.Minute
-	return c
 }
 
 // histogramDelta prints, per label set, how many observations of a histogram fell into each bucket
