@@ -186,6 +186,7 @@ func pending(b *testing.B, mode string, n int) string {
 	}
 	livePer := (liveBytes(b, p, profile) - idleLive) / float64(n)
 	reqs := float64((s1.Gets-s0.Gets)+(s1.Submits-s0.Submits)+(s1.Cancels-s0.Cancels)) / float64(n) / window.Minutes()
+	conns := float64(s1.Connections-s0.Connections) / window.Minutes()
 	steadyWrites := after.writes("") - before.writes("")
 	rssPer := float64(rss-idleRSS) / float64(n)
 
@@ -234,14 +235,14 @@ func pending(b *testing.B, mode string, n int) string {
 	}
 	b.Logf("slowest decisions: %v", lat[max(0, len(lat)-5):])
 
-	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.1f | %.1f |",
-		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, steadyWrites, rssPer/1024, livePer/1024)
+	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.0f | %.1f | %.1f |",
+		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, conns, steadyWrites, rssPer/1024, livePer/1024)
 	b.Logf("%s\n%s", header, row)
 	p.Kill()
 	return row
 }
 
-const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | apiserver writes in the steady window | RSS KiB / pending | live heap + stacks KiB / pending |\n|---|---|---|---|---|---|---|---|"
+const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | provider connections opened / min | apiserver writes in the steady window | RSS KiB / pending | live heap + stacks KiB / pending |\n|---|---|---|---|---|---|---|---|---|"
 
 // BenchmarkThroughput: ToolCalls from creation to Succeeded as fast as the system allows, approved
 // as soon as they are pending, Jobs finished as soon as they exist.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -518,4 +519,19 @@ func TestKeysMapEachKeyToItsRequest(t *testing.T) {
 	keys, err := e.srv.Keys()
 	e.g.Expect(err).NotTo(HaveOccurred())
 	e.g.Expect(keys).To(Equal(map[string]string{"toolcall-uid-a": a.ID, "toolcall-uid-b": b.ID}))
+}
+
+// Stats count accepted connections, so a client's connection reuse can be measured.
+func TestStatsCountConnections(t *testing.T) {
+	e := start(t) // its client opens a connection per request
+	for i := range 3 {
+		e.submit("key-"+strconv.Itoa(i), refund())
+	}
+	e.g.Expect(e.stats().Connections).To(BeEquivalentTo(3))
+
+	e.client = &http.Client{Transport: &http.Transport{}} // keeps its connection alive
+	for i := range 3 {
+		e.submit("reuse-"+strconv.Itoa(i), refund())
+	}
+	e.g.Expect(e.stats().Connections).To(BeEquivalentTo(4))
 }

@@ -202,7 +202,11 @@ func (s *Server) serve(ln net.Listener, scheme string) (string, error) {
 		return "", errors.Join(errors.New("reference provider: closed"), ln.Close())
 	default:
 	}
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.stats.update(func(st *Stats) { st.Connections++ })
+		}
+	}}
 	s.httpSrv = srv
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -27,6 +27,9 @@ type Stats struct {
 	// connection was dropped or reset, or the client went away first.
 	Responses map[Operation]map[int]int64 `json:"responses"`
 
+	// Connections counts connections accepted (TLS or not), so a client's connection reuse shows.
+	Connections int64 `json:"connections"`
+
 	// Gauges: long polls blocked now, and submissions holding their Idempotency-Key now.
 	Waiting  int64 `json:"waiting"`
 	InFlight int64 `json:"in_flight"`
