@@ -202,8 +202,8 @@ func (s *Server) serve(ln net.Listener, scheme string) (string, error) {
 		return "", errors.Join(errors.New("reference provider: closed"), ln.Close())
 	default:
 	}
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
 			s.stats.update(func(st *Stats) { st.Connections++ })
 		}
 	}}
