@@ -126,9 +126,6 @@ func (h *Harness) StartProcess(extra ...string) *Process {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if v := os.Getenv("TMPHACK_ENV"); v != "" {
-		cmd.Env = append(os.Environ(), strings.Fields(v)...)
-	}
 	if err := cmd.Start(); err != nil {
 		h.T.Fatal(err)
 	}
