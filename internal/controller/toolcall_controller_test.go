@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,16 +375,21 @@ func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
 }
 
 // crashAt is a crash hook (controller.Options.Crash) that makes the manager die at point, as a killed
-// process would, and a channel closed the first time it does.
+// process would, and a channel closed the first time it does. A dead manager does nothing more: from
+// then on every crash point fails, so a retried reconcile cannot write what the crash left unwritten.
 func crashAt(point string) (hook func(string) error, crashed <-chan struct{}) {
 	done := make(chan struct{})
 	var once sync.Once
+	var dead atomic.Bool
 	return func(p string) error {
-		if p != point {
-			return nil
+		if p == point {
+			dead.Store(true)
+			once.Do(func() { close(done) })
 		}
-		once.Do(func() { close(done) })
-		return errors.New("process killed")
+		if dead.Load() {
+			return errors.New("process killed")
+		}
+		return nil
 	}, done
 }
 
@@ -406,6 +412,13 @@ func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
 				h.Approve(req.ID, 5*time.Minute)
 			}
 			g.Eventually(crashed).WithTimeout(20 * time.Second).Should(BeClosed())
+			// The new manager starts from what the dead one wrote before the crash point.
+			atCrash := h.Get("refund").Status
+			if point == controller.CrashAfterSubmit {
+				g.Expect(atCrash.RequestID).To(BeEmpty())
+			} else {
+				g.Expect(atCrash.Phase).To(Equal(tg.PhaseAwaitingApproval))
+			}
 			h.Restart()
 
 			if point == controller.CrashAfterSubmit {
