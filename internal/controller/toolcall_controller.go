@@ -16,10 +16,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -769,7 +772,7 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
 		Owns(&batchv1.Job{}).
-		WatchesRawSource(source.Channel(r.Waiter.Events(), &handler.TypedEnqueueRequestForObject[*tg.ToolCall]{})).
+		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		WithOptions(controller.Options{
 			SkipNameValidation:      &r.SkipNameValidation,
 			MaxConcurrentReconciles: workers,
@@ -777,6 +780,25 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}).
 		Named("toolcall").
 		Complete(r)
+}
+
+// DecisionPriority is the work queue priority of what the waiter reports (a decision, or a request the
+// provider no longer knows). The controller's other work, the watch events of its own writes and of
+// Jobs, has priority 0, so a human's answer is not queued behind them when the workers are busy.
+const DecisionPriority = 10
+
+// enqueueFirst enqueues the waiter's events at DecisionPriority on the controller's priority queue.
+func enqueueFirst() handler.TypedEventHandler[*tg.ToolCall, reconcile.Request] {
+	return handler.TypedFuncs[*tg.ToolCall, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*tg.ToolCall], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(DecisionPriority)}, req)
+				return
+			}
+			q.Add(req)
+		},
+	}
 }
 
 // Defaults fills unset options.
