@@ -194,8 +194,7 @@ func pending(b *testing.B, mode string, n int) string {
 	m0, err := scrape(p)
 	g.Expect(err).NotTo(HaveOccurred())
 	d := min(*decisions, n)
-	approved := map[string]time.Time{}
-	var mu sync.Mutex
+	approved := newSeen()
 	var wg sync.WaitGroup
 	spread := time.Duration(d) * time.Second / 20
 	for _, i := range rand.Perm(n)[:d] {
@@ -205,9 +204,7 @@ func pending(b *testing.B, mode string, n int) string {
 		time.AfterFunc(at, func() {
 			defer wg.Done()
 			exp := time.Now().Add(10 * time.Minute)
-			mu.Lock()
-			approved[string(tc.UID)] = time.Now()
-			mu.Unlock()
+			approved.first(string(tc.UID), time.Now())
 			_, err := h.Provider.Decide(tc.Status.RequestID, provider.StatusApproved, "ok", &exp)
 			if err != nil {
 				b.Errorf("deciding %s: %v", tc.Name, err)
@@ -217,17 +214,9 @@ func pending(b *testing.B, mode string, n int) string {
 	wg.Wait()
 	var lat []time.Duration
 	g.Eventually(func() int {
-		lat = lat[:0]
-		mu.Lock()
-		defer mu.Unlock()
-		for uid, t0 := range approved {
-			if t1, ok := jobsSeen.get(uid); ok {
-				lat = append(lat, t1.Sub(t0))
-			}
-		}
+		lat = approved.until(jobsSeen)
 		return len(lat)
 	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(d), "Jobs created for the approvals")
-	slices.Sort(lat)
 	if m1, err := scrape(p); err == nil {
 		for _, name := range []string{"workqueue_queue_duration_seconds", "controller_runtime_reconcile_time_seconds"} {
 			b.Logf("%s during the decisions:%s", name, histogramDelta(m0, m1, name))
@@ -265,7 +254,9 @@ func throughput(b *testing.B, mode string, n int) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kubelet(ctx, b, h)
-	states := watchPhases(b, h, approver(h))
+	jobsSeen := watchJobs(b, h)
+	approved := newSeen()
+	states := watchPhases(b, h, approver(h, approved))
 	before, err := scrape(p)
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -298,6 +289,10 @@ func throughput(b *testing.B, mode string, n int) string {
 		Should(Equal(n), "ToolCalls Succeeded")
 	elapsed := time.Since(start)
 	rate := float64(n) / elapsed.Seconds()
+	// What a decision waits for while the system is saturated: from the approval to the Job.
+	lat := approved.until(jobsSeen)
+	g.Expect(lat).To(HaveLen(n), "approvals with a Job")
+	b.Logf("slowest decisions: %v", lat[max(0, len(lat)-5):])
 
 	// Let the last writes (finalizer removal, events) land, then count.
 	var after metricsSnapshot
@@ -315,15 +310,15 @@ func throughput(b *testing.B, mode string, n int) string {
 	// Every write the apiserver takes for one ToolCall: its creation, the manager's state writes and
 	// Events, and the simulated cluster's Pod, Pod status and Job status.
 	all := 1 + state + per("events") + kubeletWrites
-	row := fmt.Sprintf("| %s | %d | %.1f s | %.1f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f (ToolCalls: %.0f) | %.1f | %.1f |",
-		mode, n, elapsed.Seconds(), rate, per("toolcalls"), per("toolcalls/status"), per("jobs"), state, per("events"), all,
+	row := fmt.Sprintf("| %s | %d | %.1f s | %.1f | %s / %s | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.0f (ToolCalls: %.0f) | %.1f | %.1f |",
+		mode, n, elapsed.Seconds(), rate, ms(pct(lat, 50)), ms(pct(lat, 99)), per("toolcalls"), per("toolcalls/status"), per("jobs"), state, per("events"), all,
 		ceiling, crdCeiling, 0.7*ceiling/state, 0.7*ceiling/all)
 	b.Logf("%s\n%s", thrHeader, row)
 	p.Kill()
 	return row
 }
 
-const thrHeader = "| Design | ToolCalls | Wall time | ToolCalls / s | ToolCall writes | status writes | Job creates | state writes / ToolCall | events / ToolCall | all writes / ToolCall | apiserver ceiling (writes/s) | 70% of ceiling / state writes | 70% of ceiling / all writes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const thrHeader = "| Design | ToolCalls | Wall time | ToolCalls / s | Decision→Job p50 / p99 | ToolCall writes | status writes | Job creates | state writes / ToolCall | events / ToolCall | all writes / ToolCall | apiserver ceiling (writes/s) | 70% of ceiling / state writes | 70% of ceiling / all writes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // kubeletWrites is what the simulated cluster writes for each Job: the Pod, its status, the Job's status.
 const kubeletWrites = 3
@@ -448,10 +443,38 @@ func (p *phases) count(phase tg.ToolCallPhase) int {
 	return n
 }
 
-// seen records when the test first saw each ToolCall's Job (by the ToolCall UID label).
+// seen records when something first happened to each ToolCall (by its UID): its approval, or the
+// test seeing its Job.
 type seen struct {
 	mu sync.Mutex
 	at map[string]time.Time
+}
+
+func newSeen() *seen { return &seen{at: map[string]time.Time{}} }
+
+// first records t for uid unless a time is recorded already, and says whether it did.
+func (s *seen) first(uid string, t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.at[uid]; dup {
+		return false
+	}
+	s.at[uid] = t
+	return true
+}
+
+// until returns, sorted, the time from each ToolCall's time in s to its time in later, for those in both.
+func (s *seen) until(later *seen) []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d []time.Duration
+	for uid, t0 := range s.at {
+		if t1, ok := later.get(uid); ok {
+			d = append(d, t1.Sub(t0))
+		}
+	}
+	slices.Sort(d)
+	return d
 }
 
 func (s *seen) get(uid string) (time.Time, bool) {
@@ -462,18 +485,10 @@ func (s *seen) get(uid string) (time.Time, bool) {
 }
 
 func watchJobs(b *testing.B, h *th.Harness) *seen {
-	s := &seen{at: map[string]time.Time{}}
+	s := newSeen()
 	h.G.Expect(follow(b, &batchv1.JobList{}, h.NS, func(ev watch.Event) {
-		if ev.Type != watch.Added {
-			return
-		}
-		now := time.Now()
-		if job, ok := ev.Object.(*batchv1.Job); ok {
-			s.mu.Lock()
-			if _, dup := s.at[job.Labels[tg.LabelToolCallUID]]; !dup {
-				s.at[job.Labels[tg.LabelToolCallUID]] = now
-			}
-			s.mu.Unlock()
+		if job, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added {
+			s.first(job.Labels[tg.LabelToolCallUID], time.Now())
 		}
 	})).To(Succeed())
 	return s
@@ -509,20 +524,15 @@ func follow(b *testing.B, list client.ObjectList, ns string, each func(watch.Eve
 }
 
 // approver approves each request as soon as its ToolCall is AwaitingApproval, as a person watching
-// the approval page would, without reading the provider's store over and over to find new requests.
-func approver(h *th.Harness) func(*tg.ToolCall) {
-	var mu sync.Mutex
-	done := map[string]bool{}
+// the approval page would, without reading the provider's store over and over to find new requests,
+// and records when it did in approved.
+func approver(h *th.Harness, approved *seen) func(*tg.ToolCall) {
 	return func(tc *tg.ToolCall) {
 		id := tc.Status.RequestID
 		if tc.Status.Phase != tg.PhaseAwaitingApproval || id == "" {
 			return
 		}
-		mu.Lock()
-		first := !done[id]
-		done[id] = true
-		mu.Unlock()
-		if first {
+		if approved.first(string(tc.UID), time.Now()) {
 			go func() {
 				exp := time.Now().Add(10 * time.Minute)
 				_, _ = h.Provider.Decide(id, provider.StatusApproved, "ok", &exp)
