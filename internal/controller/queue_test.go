@@ -32,7 +32,7 @@ func TestWaiterEventsGoFirst(t *testing.T) {
 
 	first, priority, _ := q.GetWithPriority()
 	g.Expect(first.NamespacedName).To(Equal(types.NamespacedName{Namespace: "ns", Name: "decided"}))
-	g.Expect(priority).To(Equal(DecisionPriority))
+	g.Expect(priority).To(Equal(decisionPriority))
 	q.Done(first)
 	for _, want := range followUps {
 		next, priority, _ := q.GetWithPriority()

@@ -782,18 +782,18 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// DecisionPriority is the work queue priority of what the waiter reports (a decision, or a request the
+// decisionPriority is the work queue priority of what the waiter reports (a decision, or a request the
 // provider no longer knows). The controller's other work, the watch events of its own writes and of
 // Jobs, has priority 0, so a human's answer is not queued behind them when the workers are busy.
-const DecisionPriority = 10
+const decisionPriority = 10
 
-// enqueueFirst enqueues the waiter's events at DecisionPriority on the controller's priority queue.
+// enqueueFirst enqueues the waiter's events at decisionPriority on the controller's priority queue.
 func enqueueFirst() handler.TypedEventHandler[*tg.ToolCall, reconcile.Request] {
 	return handler.TypedFuncs[*tg.ToolCall, reconcile.Request]{
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*tg.ToolCall], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
 			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(DecisionPriority)}, req)
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(decisionPriority)}, req)
 				return
 			}
 			q.Add(req)
