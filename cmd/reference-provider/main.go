@@ -1,6 +1,6 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--tls-cert crt --tls-key key]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--tls-cert crt --tls-key key [--http2]]
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
 //	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
 package main
@@ -82,6 +82,7 @@ func serve(args []string) error {
 	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API (default: the provider API's)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file")
+	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
 	minTimeout := fs.Duration("min-timeout", time.Second, "smallest timeout a submission may request")
 	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest timeout a submission may request")
 	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
@@ -90,6 +91,9 @@ func serve(args []string) error {
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if *http2 && *tlsCert == "" {
+		return errors.New("--http2 needs --tls-cert and --tls-key: HTTP/2 is offered only over TLS")
 	}
 	credential, err := readCredential(*credentialFile)
 	if err != nil {
@@ -109,6 +113,7 @@ func serve(args []string) error {
 		MinTimeout:              *minTimeout,
 		MaxTimeout:              *maxTimeout,
 		DefaultApprovalValidity: *validity,
+		HTTP2:                   *http2,
 		Logger:                  stdr.New(log.New(os.Stdout, "", log.LstdFlags|log.LUTC)),
 	})
 	if err != nil {
