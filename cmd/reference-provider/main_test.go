@@ -15,8 +15,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	th "toolgate.dev/toolgate/internal/testharness"
 	"toolgate.dev/toolgate/internal/testcert"
+	th "toolgate.dev/toolgate/internal/testharness"
 )
 
 const credential = "reference-provider-test-credential"
