@@ -14,7 +14,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 DEPLOY_OVERLAY ?= $(LOCALBIN)/deploy
 
 # Resolves KUBEBUILDER_ASSETS in the recipe's shell: an already-set value wins; otherwise the envtest
-# binaries are built (once; cached in bin/k8s/) by hack/build-envtest-assets.sh, which prints their directory.
+# binaries are built (once; cached in ~/.cache/toolgate/k8s/) by hack/build-envtest-assets.sh, which prints their directory.
 RESOLVE_ENVTEST_ASSETS = if [ -z "$${KUBEBUILDER_ASSETS:-}" ]; then KUBEBUILDER_ASSETS="$$(hack/build-envtest-assets.sh | tail -n 1)"; fi; export KUBEBUILDER_ASSETS
 
 # CONTAINER_TOOL defines the container tool to be used for building images.
@@ -82,14 +82,14 @@ chaos: ## Run the full chaos run (500 ToolCalls, provider faults, manager killed
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target (provider responses, decision logic) for FUZZTIME (default 60s).
-	@set -e; for pkg in ./internal/provider/ ./internal/controller/; do \
+	@set -e; for pkg in ./internal/provider/ ./controllers/; do \
 	  for target in $$(go test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
 	    echo "== $$pkg $$target"; go test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(or $(FUZZTIME),60s); \
 	  done; \
 	done
 
 .PHONY: envtest-assets
-envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/k8s/ (cached; skipped when KUBEBUILDER_ASSETS is set) and print the directory.
+envtest-assets: ## Build kube-apiserver and etcd for envtest into ~/.cache/toolgate/k8s/ (cached; skipped when KUBEBUILDER_ASSETS is set) and print the directory.
 	@$(RESOLVE_ENVTEST_ASSETS); echo "$${KUBEBUILDER_ASSETS}"
 
 .PHONY: dev

@@ -12,7 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -30,9 +30,9 @@ func main() {
 	var (
 		providerURL, credentialFile, caFile, namespaces string
 		providerMaxConns                                int
-		o                                               controller.Options
+		o                                               controllers.Options
 	)
-	timing := controller.DefaultTiming()
+	timing := controllers.DefaultTiming()
 	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the approvals provider, e.g. https://approvals.example.com.")
 	flag.StringVar(&credentialFile, "provider-credential-file", "", "File holding the provider instance credential (mounted from a Secret).")
 	flag.StringVar(&caFile, "provider-ca-file", "", "PEM file of CAs to trust for the provider instead of the system pool.")
@@ -66,7 +66,7 @@ func main() {
 	}
 	client, err := provider.NewHTTPClient(provider.Options{
 		BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,
-		OnError: controller.CountProviderError,
+		OnError: controllers.CountProviderError,
 	})
 	if err != nil {
 		log.Error(err, "invalid provider configuration")
@@ -74,7 +74,7 @@ func main() {
 	}
 	o.Provider = client
 	o.Timing = timing
-	mgr, err := controller.NewManager(ctrl.GetConfigOrDie(), o)
+	mgr, err := controllers.NewManager(ctrl.GetConfigOrDie(), o)
 	if err != nil {
 		log.Error(err, "unable to set up the manager")
 		os.Exit(1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries envtest needs (kube-apiserver, etcd) from the Go module proxy,
-# at pinned versions, into bin/k8s/<version>/. Cached: a second run with the binaries present is a no-op.
+# at pinned versions, into $TOOLGATE_CACHE/k8s/<version>/ (default ~/.cache/toolgate, outside the checkout,
+# so fresh clones and worktrees share it). Cached: a second run with the binaries present is a no-op.
 #
 #   hack/build-envtest-assets.sh            # kube-apiserver + etcd
 #   hack/build-envtest-assets.sh --with-kcm # also kube-controller-manager (used by `make dev`)
@@ -13,7 +14,8 @@ STAGING_VERSION="${STAGING_VERSION:-v0.37.2}" # matching k8s.io/* staging module
 ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"        # the etcd k8s.io/kubernetes itself pins
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${root}/bin/k8s/${KUBE_VERSION#v}-linux-amd64"
+cache="${TOOLGATE_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/toolgate}"
+out="${cache}/k8s/${KUBE_VERSION#v}-linux-amd64"
 mkdir -p "${out}"
 
 with_kcm=false

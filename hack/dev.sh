@@ -54,7 +54,7 @@ if (exec 3<>"/dev/tcp/127.0.0.1/${provider_port}") 2>/dev/null; then
   die "127.0.0.1:${provider_port} is in use; free it or set DEV_PROVIDER_PORT"
 fi
 
-say "Building the control-plane binaries (cached in bin/k8s/), the manager and the reference provider"
+say "Building the control-plane binaries (cached in ~/.cache/toolgate/k8s/), the manager and the reference provider"
 assets="$(hack/build-envtest-assets.sh --with-kcm | tail -n 1)"
 assets="$(cd "${assets}" && pwd)"
 note "control-plane binaries: ${assets}"

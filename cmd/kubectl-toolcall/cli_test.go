@@ -14,7 +14,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	th "toolgate.dev/toolgate/internal/testharness"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 // syncBuffer is a bytes.Buffer the plugin's goroutines and the test may share.

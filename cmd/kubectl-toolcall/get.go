@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"toolgate.dev/toolgate/api/v1alpha1"
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
 // now is the clock get and describe show ages and deadlines against.
@@ -58,16 +58,16 @@ func (c *cli) get(ctx context.Context, args []string) error {
 		return err
 	}
 
-	var items []v1alpha1.ToolCall
+	var items []tg.ToolCall
 	single := len(pos) == 1
 	if single {
-		tc := &v1alpha1.ToolCall{}
+		tc := &tg.ToolCall{}
 		if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: pos[0]}, tc); err != nil {
 			return notFound(err, pos[0], ns)
 		}
-		items = []v1alpha1.ToolCall{*tc}
+		items = []tg.ToolCall{*tc}
 	} else {
-		list := &v1alpha1.ToolCallList{}
+		list := &tg.ToolCallList{}
 		opts := []client.ListOption{}
 		if !*all {
 			opts = append(opts, client.InNamespace(ns))
@@ -81,7 +81,7 @@ func (c *cli) get(ctx context.Context, args []string) error {
 		items = list.Items
 	}
 	for i := range items {
-		items[i].SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ToolCall"))
+		items[i].SetGroupVersionKind(tg.GroupVersion.WithKind("ToolCall"))
 		items[i].ManagedFields = nil
 	}
 
@@ -132,7 +132,7 @@ func encode(w io.Writer, v any, format string) error {
 }
 
 // table prints ToolCalls as kubectl does: NAME TOOL PHASE DECISION JOB AGE.
-func table(w io.Writer, items []v1alpha1.ToolCall, withNamespace, wide bool, at time.Time) {
+func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.Time) {
 	tw := tabwriter.NewWriter(w, 6, 4, 3, ' ', 0)
 	cols := []string{"NAME", "TOOL", "PHASE", "DECISION", "JOB", "AGE"}
 	if withNamespace {
@@ -191,7 +191,7 @@ func (c *cli) describe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tc := &v1alpha1.ToolCall{}
+	tc := &tg.ToolCall{}
 	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tc); err != nil {
 		return notFound(err, name, ns)
 	}
@@ -200,7 +200,7 @@ func (c *cli) describe(ctx context.Context, args []string) error {
 }
 
 // describe writes a ToolCall for a person to read.
-func describe(w io.Writer, tc *v1alpha1.ToolCall, at time.Time) {
+func describe(w io.Writer, tc *tg.ToolCall, at time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	field := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, fmt.Sprintf(format, a...)) }
 	when := func(t *metav1.Time) string {
@@ -228,7 +228,7 @@ func describe(w io.Writer, tc *v1alpha1.ToolCall, at time.Time) {
 	field("Waiting limit", "%s, ends %s", shortDuration(limit), when(&end))
 	if tc.Spec.Timeout != nil {
 		field("Approval timeout", "%s", shortDuration(tc.Spec.Timeout.Duration))
-	} else if a := tc.Annotations[v1alpha1.AnnotationApprovalTimeout]; a != "" {
+	} else if a := tc.Annotations[tg.AnnotationApprovalTimeout]; a != "" {
 		field("Approval timeout", "%s (chosen by Toolgate)", a)
 	} else {
 		field("Approval timeout", "<chosen by Toolgate>")

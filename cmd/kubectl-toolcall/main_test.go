@@ -5,11 +5,11 @@ import (
 	"os"
 	"testing"
 
-	th "toolgate.dev/toolgate/internal/testharness"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 // env is the control plane every test of this package shares; each test has its own namespace,
-// reference provider and manager (internal/testharness).
+// reference provider and manager (test/testharness).
 var env *th.Env
 
 // The plugin runs as agent, a user who holds nothing but the agent ClusterRole from

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"toolgate.dev/toolgate/api/v1alpha1"
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/pkg/toolcall"
 )
 
@@ -166,7 +166,7 @@ func (c *cli) wait(ctx context.Context, args []string) int {
 // report prints the outcome of run or wait and returns the exit code.
 func (c *cli) report(ctx context.Context, res *toolcall.Result, err error, ns string, attached bool) int {
 	if err == nil {
-		fmt.Fprintf(c.stderr, "toolcall %s: %s", res.Name, v1alpha1.PhaseSucceeded)
+		fmt.Fprintf(c.stderr, "toolcall %s: %s", res.Name, tg.PhaseSucceeded)
 		if res.JobName != "" {
 			fmt.Fprintf(c.stderr, " (job %s)", res.JobName)
 		}
@@ -191,7 +191,7 @@ func (c *cli) report(ctx context.Context, res *toolcall.Result, err error, ns st
 			return exitError
 		}
 		what := "Toolgate cancels its approval request"
-		if ab.Phase == v1alpha1.PhaseRunning {
+		if ab.Phase == tg.PhaseRunning {
 			what = "its Job is deleted with it"
 		}
 		fmt.Fprintf(c.stderr, "interrupted: deleted toolcall %s (it was %s); %s.\n", ab.Name, phaseName(ab.Phase), what)
@@ -204,19 +204,19 @@ func (c *cli) report(ctx context.Context, res *toolcall.Result, err error, ns st
 	return c.fail(err)
 }
 
-func exitCodeOf(p v1alpha1.ToolCallPhase) int {
+func exitCodeOf(p tg.ToolCallPhase) int {
 	switch p {
-	case v1alpha1.PhaseFailed:
+	case tg.PhaseFailed:
 		return exitFailed
-	case v1alpha1.PhaseDenied:
+	case tg.PhaseDenied:
 		return exitDenied
-	case v1alpha1.PhaseExpired:
+	case tg.PhaseExpired:
 		return exitExpired
-	case v1alpha1.PhaseApprovalUnavailable:
+	case tg.PhaseApprovalUnavailable:
 		return exitApprovalUnavailable
-	case v1alpha1.PhaseCancelled:
+	case tg.PhaseCancelled:
 		return exitCancelled
-	case v1alpha1.PhaseRejected:
+	case tg.PhaseRejected:
 		return exitRejected
 	}
 	return exitError
@@ -232,7 +232,7 @@ func explain(w io.Writer, e *toolcall.Error, res *toolcall.Result) {
 	}
 	line("reason", e.Reason)
 	line("message", e.Message)
-	if e.Phase == v1alpha1.PhaseDenied || e.Note != "" {
+	if e.Phase == tg.PhaseDenied || e.Note != "" {
 		note := e.Note
 		if note == "" {
 			note = "(none)"
@@ -256,9 +256,9 @@ type live struct {
 	w        io.Writer
 	tty      bool
 	now      func() time.Time
-	last     *v1alpha1.ToolCall
-	printed  v1alpha1.ToolCallPhase // non-TTY: the phase of the last line
-	width    int                    // TTY: length of the line on screen
+	last     *tg.ToolCall
+	printed  tg.ToolCallPhase // non-TTY: the phase of the last line
+	width    int              // TTY: length of the line on screen
 	stopped  bool
 	stopTick chan struct{}
 }
@@ -287,7 +287,7 @@ func newLive(w io.Writer, tty bool) *live {
 }
 
 // update is the Progress callback. The terminal phase is left to report, which explains it.
-func (l *live) update(tc *v1alpha1.ToolCall) {
+func (l *live) update(tc *tg.ToolCall) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped || tc.Status.Phase.IsTerminal() {
@@ -331,9 +331,9 @@ func (l *live) stop() {
 
 // liveParts describes where a ToolCall is: its phase, the time left in the waiting limit, the
 // provider's deadline while a decision is awaited, and the Job once there is one.
-func liveParts(tc *v1alpha1.ToolCall, now time.Time) []string {
+func liveParts(tc *tg.ToolCall, now time.Time) []string {
 	phase := string(phaseName(tc.Status.Phase))
-	if r := tc.Status.Reason; r != "" && phase == string(v1alpha1.PhasePending) {
+	if r := tc.Status.Reason; r != "" && phase == string(tg.PhasePending) {
 		phase += " (" + r + ")" // e.g. SubmitFailed: the provider cannot be reached yet
 	}
 	parts := []string{phase}
@@ -346,7 +346,7 @@ func liveParts(tc *v1alpha1.ToolCall, now time.Time) []string {
 			parts = append(parts, fmt.Sprintf("the %s waiting limit has passed", shortDuration(limit)))
 		}
 	}
-	if d := tc.Status.DeadlineAt; d != nil && !terminal && tc.Status.Phase != v1alpha1.PhaseRunning {
+	if d := tc.Status.DeadlineAt; d != nil && !terminal && tc.Status.Phase != tg.PhaseRunning {
 		if left := d.Sub(now); left > 0 {
 			parts = append(parts, fmt.Sprintf("provider deadline in %s (%s)", shortDuration(left), d.Local().Format(time.TimeOnly)))
 		} else {
@@ -376,9 +376,9 @@ func shortDuration(d time.Duration) string {
 }
 
 // phaseName shows a ToolCall the controller has not seen yet as Pending.
-func phaseName(p v1alpha1.ToolCallPhase) v1alpha1.ToolCallPhase {
+func phaseName(p tg.ToolCallPhase) tg.ToolCallPhase {
 	if p == "" {
-		return v1alpha1.PhasePending
+		return tg.PhasePending
 	}
 	return p
 }

@@ -15,8 +15,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"toolgate.dev/toolgate/internal/testcert"
-	th "toolgate.dev/toolgate/internal/testharness"
+	"toolgate.dev/toolgate/test/testcert"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 const credential = "reference-provider-test-credential"

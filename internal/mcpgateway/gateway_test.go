@@ -24,13 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
-	th "toolgate.dev/toolgate/internal/testharness"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 // env is the control plane every scenario of this package shares; each scenario has its own
-// namespace, reference provider and Toolgate manager (internal/testharness).
+// namespace, reference provider and Toolgate manager (test/testharness).
 var env *th.Env
 
 func TestMain(m *testing.M) { th.Main(m, &env) }
@@ -46,7 +46,7 @@ type world struct {
 func newWorld(t *testing.T, o Options) *world {
 	t.Helper()
 	h := th.New(t, env)
-	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllers.Scheme()})
 	h.G.Expect(err).NotTo(HaveOccurred())
 	if o.Logger == nil && os.Getenv("TOOLGATE_TEST_VERBOSE") == "" {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -22,7 +22,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
-	"toolgate.dev/toolgate/internal/testcert"
+	"toolgate.dev/toolgate/test/testcert"
 )
 
 const (

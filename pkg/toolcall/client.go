@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"toolgate.dev/toolgate/api/v1alpha1"
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
 // DeleteTimeout bounds the deletion Call makes when its context ends before the outcome: the
@@ -56,7 +56,7 @@ func NewForConfig(cfg *rest.Config, namespace string) (*Client, error) {
 // client.WithWatch for New.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(s); err != nil {
+	if err := tg.AddToScheme(s); err != nil {
 		panic(err) // only on a programming error in the API package
 	}
 	return s
@@ -77,7 +77,7 @@ type Options struct {
 	Labels map[string]string
 	// Progress is called with the ToolCall on every observed change (including the created object
 	// and the final one), for live output. It runs on the waiting goroutine: keep it short.
-	Progress func(*v1alpha1.ToolCall)
+	Progress func(*tg.ToolCall)
 }
 
 // Result is what a call produced. On errors other than *Error it may be partial or nil.
@@ -89,10 +89,10 @@ type Result struct {
 	// JobName is the Job that executed the tool, if one was created.
 	JobName string
 	// ToolCall is the last observed object (the final one when the call ended).
-	ToolCall *v1alpha1.ToolCall
+	ToolCall *tg.ToolCall
 }
 
-func resultOf(tc *v1alpha1.ToolCall) *Result {
+func resultOf(tc *tg.ToolCall) *Result {
 	if tc == nil {
 		return nil
 	}
@@ -140,7 +140,7 @@ func (c *Client) Call(ctx context.Context, tool string, args any, waitingLimit t
 // Create validates the arguments and creates the ToolCall; it does not wait. Arguments given as
 // json.RawMessage or []byte are sent as they are; anything else is encoded with json.Marshal. They
 // must form a JSON object: otherwise an error naming arguments is returned and nothing is created.
-func (c *Client) Create(ctx context.Context, tool string, args any, waitingLimit time.Duration, o Options) (*v1alpha1.ToolCall, error) {
+func (c *Client) Create(ctx context.Context, tool string, args any, waitingLimit time.Duration, o Options) (*tg.ToolCall, error) {
 	tc, err := c.build(tool, args, waitingLimit, o)
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (c *Client) Create(ctx context.Context, tool string, args any, waitingLimit
 	return tc, nil
 }
 
-func (c *Client) build(tool string, args any, waitingLimit time.Duration, o Options) (*v1alpha1.ToolCall, error) {
+func (c *Client) build(tool string, args any, waitingLimit time.Duration, o Options) (*tg.ToolCall, error) {
 	if tool == "" {
 		return nil, errors.New("toolcall: tool is empty: pass the toolName of a Tool in the namespace")
 	}
@@ -168,9 +168,9 @@ func (c *Client) build(tool string, args any, waitingLimit time.Duration, o Opti
 	if err != nil {
 		return nil, err
 	}
-	tc := &v1alpha1.ToolCall{
+	tc := &tg.ToolCall{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: o.Name, Labels: o.Labels},
-		Spec: v1alpha1.ToolCallSpec{
+		Spec: tg.ToolCallSpec{
 			Tool:         tool,
 			Arguments:    runtime.RawExtension{Raw: raw},
 			WaitingLimit: metav1.Duration{Duration: waitingLimit},
@@ -189,7 +189,7 @@ func (c *Client) build(tool string, args any, waitingLimit time.Duration, o Opti
 // terminal phase, with the same results as Call. progress (may be nil) is called with the object as
 // first read and on every observed change. Unlike Call, Wait never deletes the ToolCall: when ctx
 // ends first it returns the last observed state and an error wrapping ctx.Err().
-func (c *Client) Wait(ctx context.Context, name string, progress func(*v1alpha1.ToolCall)) (*Result, error) {
+func (c *Client) Wait(ctx context.Context, name string, progress func(*tg.ToolCall)) (*Result, error) {
 	tc, err := c.get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -211,7 +211,7 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 }
 
 func (c *Client) delete(ctx context.Context, name string, uid types.UID) error {
-	tc := &v1alpha1.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: name}}
+	tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: name}}
 	var opts []client.DeleteOption
 	if uid != "" {
 		// Never delete a newer ToolCall that took the same name.
@@ -223,8 +223,8 @@ func (c *Client) delete(ctx context.Context, name string, uid types.UID) error {
 	return nil
 }
 
-func (c *Client) get(ctx context.Context, name string) (*v1alpha1.ToolCall, error) {
-	tc := &v1alpha1.ToolCall{}
+func (c *Client) get(ctx context.Context, name string) (*tg.ToolCall, error) {
+	tc := &tg.ToolCall{}
 	if err := c.c.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: name}, tc); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("toolcall: no ToolCall %q in namespace %q: check the name and the namespace: %w", name, c.namespace, err)

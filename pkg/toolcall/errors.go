@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"toolgate.dev/toolgate/api/v1alpha1"
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
 // Sentinels for errors.Is, one per terminal phase other than Succeeded.
@@ -22,18 +22,18 @@ var (
 // before it reached a terminal phase.
 var ErrDeleted = errors.New("toolcall: the ToolCall was deleted")
 
-var phaseErrors = map[v1alpha1.ToolCallPhase]error{
-	v1alpha1.PhaseDenied:              ErrDenied,
-	v1alpha1.PhaseExpired:             ErrExpired,
-	v1alpha1.PhaseApprovalUnavailable: ErrApprovalUnavailable,
-	v1alpha1.PhaseCancelled:           ErrCancelled,
-	v1alpha1.PhaseRejected:            ErrRejected,
-	v1alpha1.PhaseFailed:              ErrFailed,
+var phaseErrors = map[tg.ToolCallPhase]error{
+	tg.PhaseDenied:              ErrDenied,
+	tg.PhaseExpired:             ErrExpired,
+	tg.PhaseApprovalUnavailable: ErrApprovalUnavailable,
+	tg.PhaseCancelled:           ErrCancelled,
+	tg.PhaseRejected:            ErrRejected,
+	tg.PhaseFailed:              ErrFailed,
 }
 
 // Error is a terminal outcome other than Succeeded. errors.Is(err, ErrDenied) etc. work.
 type Error struct {
-	Phase   v1alpha1.ToolCallPhase
+	Phase   tg.ToolCallPhase
 	Reason  string
 	Message string
 	// Note is the approver's note (status.decision.note), for Denied and for approvals.
@@ -41,7 +41,7 @@ type Error struct {
 	Name string
 }
 
-func errorOf(tc *v1alpha1.ToolCall) *Error {
+func errorOf(tc *tg.ToolCall) *Error {
 	e := &Error{Phase: tc.Status.Phase, Reason: tc.Status.Reason, Message: tc.Status.Message, Name: tc.Name}
 	if tc.Status.Decision != nil {
 		e.Note = tc.Status.Decision.Note
@@ -60,7 +60,7 @@ func (e *Error) Error() string {
 	if e.Message != "" {
 		fmt.Fprintf(&b, ": %s", e.Message)
 	}
-	if e.Phase == v1alpha1.PhaseDenied && e.Note != "" && !strings.Contains(e.Message, e.Note) {
+	if e.Phase == tg.PhaseDenied && e.Note != "" && !strings.Contains(e.Message, e.Note) {
 		fmt.Fprintf(&b, " Approver's note: %q", e.Note)
 	}
 	return b.String()
@@ -78,7 +78,7 @@ type AbandonedError struct {
 	Name      string
 	Namespace string
 	// Phase is the last observed phase ("" if the controller had not seen the ToolCall yet).
-	Phase v1alpha1.ToolCallPhase
+	Phase tg.ToolCallPhase
 	// Deleted reports that the ToolCall was deleted (or was already gone), so Toolgate cancels its
 	// approval request, or deletes its Job if it was Running.
 	Deleted bool

@@ -3,11 +3,11 @@ package toolcall_test
 import (
 	"testing"
 
-	th "toolgate.dev/toolgate/internal/testharness"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 // env is the control plane every test of this package shares; each test has its own namespace,
-// reference provider and manager (internal/testharness).
+// reference provider and manager (test/testharness).
 var env *th.Env
 
 // agent is the user the tests call Toolgate as: it holds nothing but the agent ClusterRole from

@@ -18,8 +18,8 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	th "toolgate.dev/toolgate/internal/testharness"
 	"toolgate.dev/toolgate/pkg/toolcall"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 // countingClient counts the agent's requests, and lets a test interfere with the watches it opens.

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"toolgate.dev/toolgate/api/v1alpha1"
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
 // Backoff between attempts to reopen a watch that failed or closed without delivering anything.
@@ -23,7 +23,7 @@ const (
 // watch follows the ToolCall from tc (already read, already passed to progress) until it is terminal.
 // It reads the object again only when the apiserver no longer has tc's resourceVersion ("too old"):
 // a watch that merely closes is reopened from the last resourceVersion seen.
-func (c *Client) watch(ctx context.Context, tc *v1alpha1.ToolCall, progress func(*v1alpha1.ToolCall)) (*Result, error) {
+func (c *Client) watch(ctx context.Context, tc *tg.ToolCall, progress func(*tg.ToolCall)) (*Result, error) {
 	last := tc
 	// rv is where the next watch starts: the last object's, or a newer bookmark's.
 	rv := tc.ResourceVersion
@@ -57,7 +57,7 @@ func (c *Client) watch(ctx context.Context, tc *v1alpha1.ToolCall, progress func
 			}
 		}
 
-		w, err := c.c.Watch(ctx, &v1alpha1.ToolCallList{}, &client.ListOptions{
+		w, err := c.c.Watch(ctx, &tg.ToolCallList{}, &client.ListOptions{
 			Namespace:     c.namespace,
 			FieldSelector: fields.OneTermEqualSelector("metadata.name", last.Name),
 			Raw:           &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true},
@@ -104,7 +104,7 @@ const (
 
 // follow reads one watch until it closes, the ToolCall is terminal or gone, or ctx ends. delivered
 // reports whether the watch carried anything (an event or a bookmark).
-func (c *Client) follow(ctx context.Context, w watch.Interface, last **v1alpha1.ToolCall, rv *string, progress func(*v1alpha1.ToolCall)) (end followEnd, delivered bool, err error) {
+func (c *Client) follow(ctx context.Context, w watch.Interface, last **tg.ToolCall, rv *string, progress func(*tg.ToolCall)) (end followEnd, delivered bool, err error) {
 	for {
 		if (*last).Status.Phase.IsTerminal() {
 			return followClosed, delivered, nil
@@ -119,7 +119,7 @@ func (c *Client) follow(ctx context.Context, w watch.Interface, last **v1alpha1.
 			delivered = true
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				tc, ok := ev.Object.(*v1alpha1.ToolCall)
+				tc, ok := ev.Object.(*tg.ToolCall)
 				if !ok {
 					continue
 				}
@@ -129,7 +129,7 @@ func (c *Client) follow(ctx context.Context, w watch.Interface, last **v1alpha1.
 				c.observe(last, tc, progress)
 				*rv = tc.ResourceVersion
 			case watch.Deleted:
-				if tc, ok := ev.Object.(*v1alpha1.ToolCall); ok && tc.UID == (*last).UID {
+				if tc, ok := ev.Object.(*tg.ToolCall); ok && tc.UID == (*last).UID {
 					*last = tc
 				}
 				return followClosed, delivered, c.deleted(*last)
@@ -149,7 +149,7 @@ func (c *Client) follow(ctx context.Context, w watch.Interface, last **v1alpha1.
 }
 
 // observe records a newer state of the ToolCall and reports it.
-func (c *Client) observe(last **v1alpha1.ToolCall, tc *v1alpha1.ToolCall, progress func(*v1alpha1.ToolCall)) {
+func (c *Client) observe(last **tg.ToolCall, tc *tg.ToolCall, progress func(*tg.ToolCall)) {
 	changed := tc.ResourceVersion != (*last).ResourceVersion
 	*last = tc
 	if changed && progress != nil {
@@ -158,7 +158,7 @@ func (c *Client) observe(last **v1alpha1.ToolCall, tc *v1alpha1.ToolCall, progre
 }
 
 // refresh reads the ToolCall again after its resourceVersion became too old to watch from.
-func (c *Client) refresh(ctx context.Context, last *v1alpha1.ToolCall) (*v1alpha1.ToolCall, error) {
+func (c *Client) refresh(ctx context.Context, last *tg.ToolCall) (*tg.ToolCall, error) {
 	tc, err := c.get(ctx, last.Name)
 	switch {
 	case err == nil && tc.UID == last.UID:
@@ -172,17 +172,17 @@ func (c *Client) refresh(ctx context.Context, last *v1alpha1.ToolCall) (*v1alpha
 	}
 }
 
-func (c *Client) deleted(last *v1alpha1.ToolCall) error {
+func (c *Client) deleted(last *tg.ToolCall) error {
 	return fmt.Errorf("toolcall: ToolCall %s/%s was deleted by someone else before it reached a terminal phase (last phase %s); create a new ToolCall to try again: %w",
 		c.namespace, last.Name, phaseName(last.Status.Phase), ErrDeleted)
 }
 
-func (c *Client) stopped(last *v1alpha1.ToolCall, err error) error {
+func (c *Client) stopped(last *tg.ToolCall, err error) error {
 	return fmt.Errorf("toolcall: stopped waiting for ToolCall %s/%s in phase %s: %w", c.namespace, last.Name, phaseName(last.Status.Phase), err)
 }
 
-func outcome(tc *v1alpha1.ToolCall) (*Result, error) {
-	if tc.Status.Phase == v1alpha1.PhaseSucceeded {
+func outcome(tc *tg.ToolCall) (*Result, error) {
+	if tc.Status.Phase == tg.PhaseSucceeded {
 		return resultOf(tc), nil
 	}
 	return resultOf(tc), errorOf(tc)
@@ -208,9 +208,9 @@ func nextBackoff(d time.Duration) time.Duration {
 }
 
 // phaseName shows a ToolCall the controller has not seen yet as Pending.
-func phaseName(p v1alpha1.ToolCallPhase) v1alpha1.ToolCallPhase {
+func phaseName(p tg.ToolCallPhase) tg.ToolCallPhase {
 	if p == "" {
-		return v1alpha1.PhasePending
+		return tg.PhasePending
 	}
 	return p
 }

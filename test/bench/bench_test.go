@@ -45,11 +45,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
-	"toolgate.dev/toolgate/internal/testcert"
-	th "toolgate.dev/toolgate/internal/testharness"
+	"toolgate.dev/toolgate/test/testcert"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 var (
@@ -131,7 +131,7 @@ func newWorld(b *testing.B, mode string) (*th.Harness, *th.Process) {
 		args = append(args, "--provider-ca-file", caFile)
 	}
 	h := th.New(b, env, opts...)
-	h.Opts.Timing = controller.DefaultTiming()
+	h.Opts.Timing = controllers.DefaultTiming()
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	var err error
 	pprofAddr, err = th.FreeAddr() // the package's: liveBytes reads it
@@ -503,7 +503,7 @@ func watchJobs(b *testing.B, h *th.Harness) *seen {
 // first watch is open when it returns; a watch the apiserver ends is opened again, and starts again
 // with every object there is, so each must accept an object it has seen before.
 func follow(b *testing.B, list client.ObjectList, ns string, each func(watch.Event)) error {
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controller.Scheme()})
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllers.Scheme()})
 	if err != nil {
 		return err
 	}

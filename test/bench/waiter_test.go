@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/controller"
+	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -57,7 +57,7 @@ func BenchmarkWaiter(b *testing.B) {
 	ref.ID = "request-1"
 
 	for range b.N {
-		w := controller.NewWaiter(client, wait, logr.Discard())
+		w := controllers.NewWaiter(client, wait, logr.Discard())
 		before := memStats()
 		g0 := runtime.NumGoroutine()
 		answered.n.Store(0)

@@ -29,7 +29,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
-	th "toolgate.dev/toolgate/internal/testharness"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 var (

@@ -10,7 +10,7 @@
 // every component runs, and stops everything on SIGINT or SIGTERM, or when kube-controller-manager
 // exits on its own.
 //
-//	cluster --assets bin/k8s/1.37.2-linux-amd64 --crds config/crd/bases --dir .dev
+//	cluster --assets ~/.cache/toolgate/k8s/1.37.2-linux-amd64 --crds config/crd/bases --dir .dev
 package main
 
 import (

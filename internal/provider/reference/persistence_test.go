@@ -13,7 +13,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
-	"toolgate.dev/toolgate/internal/testcert"
+	"toolgate.dev/toolgate/test/testcert"
 )
 
 func TestStateSurvivesRestart(t *testing.T) {

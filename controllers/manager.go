@@ -1,0 +1,137 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// Options configure a Toolgate manager.
+type Options struct {
+	Provider                provider.Client
+	PollWait                time.Duration
+	Clock                   clock.PassiveClock
+	Timing                  Timing
+	CallTimeout             time.Duration
+	CancelGiveUp            time.Duration
+	MaxConcurrentReconciles int
+	// RequeuePoll selects the requeue-polling baseline instead of the long-poll waiter (benchmarks).
+	RequeuePoll time.Duration
+
+	// Namespaces limits the manager to these namespaces (all when empty).
+	Namespaces []string
+	// SkipNameValidation and Crash are for tests: several managers in one process, crash points.
+	SkipNameValidation bool
+	Crash              func(point string) error
+
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	MetricsBindAddress      string
+	// MetricsSecure serves metrics over HTTPS, allowing only callers authorized by the apiserver.
+	MetricsSecure          bool
+	HealthProbeBindAddress string
+	// PprofBindAddress serves net/http/pprof (empty or "0": off).
+	PprofBindAddress string
+}
+
+// Scheme is the scheme Toolgate's manager uses.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := tg.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func metricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsBindAddress}
+	if o.MetricsSecure {
+		m.SecureServing = true
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
+// NewManager builds the manager with the ToolCall controller and its waiter.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	// Only Jobs that Toolgate created are cached.
+	ours, err := labels.NewRequirement(tg.LabelToolCallUID, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	var namespaces map[string]cache.Config
+	if len(o.Namespaces) > 0 {
+		namespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			namespaces[ns] = cache.Config{}
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(countWrites)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsOptions(o),
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		PprofBindAddress:        o.PprofBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "toolgate.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
+		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = provider.DefaultLongPollWait
+	}
+	r := &ToolCallReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
+		Provider:                o.Provider,
+		Waiter:                  NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter")),
+		Clock:                   o.Clock,
+		Timing:                  o.Timing,
+		CallTimeout:             o.CallTimeout,
+		CancelGiveUp:            o.CancelGiveUp,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		RequeuePoll:             o.RequeuePoll,
+		SkipNameValidation:      o.SkipNameValidation,
+		Crash:                   o.Crash,
+	}
+	r.Defaults()
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the ToolCall controller: %w", err)
+	}
+	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}

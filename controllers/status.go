@@ -1,0 +1,45 @@
+package controllers
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// setCondition sets one condition with the ToolCall's generation.
+func setCondition(tc *tg.ToolCall, condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&tc.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: tc.Generation,
+	})
+}
+
+// setPhase records a phase with its reason and message and derives the conditions from it.
+func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
+	tc.Status.Phase = phase
+	tc.Status.Reason = reason
+	tc.Status.Message = message
+	tc.Status.ObservedGeneration = tc.Generation
+	switch phase {
+	case tg.PhasePending, tg.PhaseAwaitingApproval:
+		setCondition(tc, tg.ConditionApproved, metav1.ConditionUnknown, reason, message)
+		setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool has not been started.")
+		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
+	case tg.PhaseRunning:
+		setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonApproved, "A human approved the call while the approval was valid.")
+		setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
+		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
+	case tg.PhaseSucceeded, tg.PhaseFailed:
+		setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonApproved, "A human approved the call while the approval was valid.")
+		if tc.Status.JobName != "" {
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
+		} else { // approved, but the Job could not be created (Tool gone, Job refused)
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool did not run.")
+		}
+		setCondition(tc, tg.ConditionReady, metav1.ConditionTrue, reason, message)
+	default: // Denied, Expired, ApprovalUnavailable, Cancelled, Rejected: the tool never runs.
+		setCondition(tc, tg.ConditionApproved, metav1.ConditionFalse, reason, message)
+		setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool did not run.")
+		setCondition(tc, tg.ConditionReady, metav1.ConditionTrue, reason, message)
+	}
+}

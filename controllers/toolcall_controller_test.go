@@ -1,0 +1,547 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// The seed's flow: submit, poll whilst pending, apply an approval that is still valid, run the tool,
+// return its result.
+func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	succeeded := th.MetricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
+	waits := th.MetricValue("toolgate_approval_wait_seconds", nil)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+
+	req := h.PendingRequest("refund")
+	g.Expect(req.Tool).To(Equal("issue_refund"))
+	g.Expect(req.Timeout).To(Equal("1m"))
+	g.Expect(req.Arguments).To(MatchJSON(th.RefundArgs))
+	g.Expect(req.Status).To(Equal(provider.StatusPending))
+	g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1))
+	awaiting := h.Get("refund")
+	g.Expect(awaiting.Finalizers).To(ContainElement(tg.Finalizer))
+	g.Expect(awaiting.Status.DeadlineAt.Time).To(BeTemporally("~", req.DeadlineAt, time.Second))
+	g.Expect(meta.FindStatusCondition(awaiting.Status.Conditions, tg.ConditionApproved).Status).To(Equal(metav1.ConditionUnknown))
+	g.Expect(h.Jobs()).To(BeEmpty())
+
+	h.Approve(req.ID, 5*time.Minute)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.JobName).To(Equal(controllers.JobName(tc)))
+	g.Expect(running.Status.Decision.Status).To(Equal(provider.StatusApproved))
+	g.Expect(running.Status.Decision.Note).To(Equal("The duplicate charge has been confirmed."))
+	g.Expect(running.Status.Decision.ExpiresAt).NotTo(BeNil())
+	// The finalizer goes in the write after the Running status: an approved request can no longer be pending.
+	g.Eventually(func() []string { return h.Get("refund").Finalizers }).ShouldNot(ContainElement(tg.Finalizer))
+
+	jobs := h.Jobs()
+	g.Expect(jobs).To(HaveLen(1))
+	job := jobs[0]
+	g.Expect(job.Name).To(Equal(running.Status.JobName))
+	g.Expect(job.Labels).To(HaveKeyWithValue(tg.LabelToolCallUID, string(tc.UID)))
+	g.Expect(job.Spec.Template.Labels).To(HaveKeyWithValue(tg.LabelToolCallUID, string(tc.UID)))
+	g.Expect(job.OwnerReferences).To(ConsistOf(HaveField("UID", tc.UID)))
+	g.Expect(*job.OwnerReferences[0].Controller).To(BeTrue())
+	g.Expect(*job.Spec.BackoffLimit).To(BeEquivalentTo(0))
+	// activeDeadlineSeconds: time left until creation+waitingLimit-returnMargin, capped by executionTimeout (5s).
+	g.Expect(*job.Spec.ActiveDeadlineSeconds).To(BeEquivalentTo(5))
+	env := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	g.Expect(env).To(HaveKeyWithValue("TOOL_NAME", "issue_refund"))
+	g.Expect(env["TOOL_ARGUMENTS"]).To(MatchJSON(th.RefundArgs))
+	g.Expect(env).To(HaveKeyWithValue("TOOLCALL_NAME", "refund"))
+	g.Expect(env).To(HaveKeyWithValue("TOOLCALL_UID", string(tc.UID)))
+
+	h.FinishJob(job.Name, true, `{"refund_id":"re_1"}`)
+	done := h.WaitPhase("refund", tg.PhaseSucceeded)
+	g.Expect(done.Status.Result).To(Equal(`{"refund_id":"re_1"}`))
+	g.Expect(done.Status.Reason).To(Equal(tg.ReasonJobSucceeded))
+	for _, ct := range []string{tg.ConditionApproved, tg.ConditionExecuted, tg.ConditionReady} {
+		c := meta.FindStatusCondition(done.Status.Conditions, ct)
+		g.Expect(c).NotTo(BeNil(), ct)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), ct)
+		g.Expect(c.ObservedGeneration).To(Equal(done.Generation), ct)
+	}
+	g.Expect(done.Status.ObservedGeneration).To(Equal(done.Generation))
+	g.Expect(h.Jobs()).To(HaveLen(1))
+	g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElements(
+		tg.ReasonAwaitingApproval, tg.ReasonJobCreated, tg.ReasonJobSucceeded))
+	st := h.Provider.Stats()
+	g.Expect(st.Creates).To(BeEquivalentTo(1))
+	g.Eventually(func() float64 {
+		return th.MetricValue("toolgate_toolcalls_total", map[string]string{"outcome": "Succeeded"})
+	}).Should(Equal(succeeded + 1))
+	g.Expect(th.MetricValue("toolgate_approval_wait_seconds", nil)).To(BeNumerically(">", waits))
+}
+
+func TestFailedJobReportsItsMessage(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	h.FinishJob(running.Status.JobName, false, "card network declined the refund")
+	failed := h.WaitPhase("refund", tg.PhaseFailed)
+	h.G.Expect(failed.Status.Result).To(Equal("card network declined the refund"))
+	h.G.Expect(failed.Status.Reason).To(Equal(tg.ReasonJobFailed))
+}
+
+// "The provider may return a terminal decision in the response to the initial request. In that case,
+// the adapter applies the decision immediately and does not poll."
+func TestDecisionInSubmitResponseIsAppliedWithoutPolling(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	h.StopManager()
+	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	// The request already exists and is approved under the ToolCall's idempotency key (the UID), as
+	// after a lost response: the controller's POST returns the approved request.
+	pc, err := provider.NewHTTPClient(provider.Options{BaseURL: h.URL, CredentialFile: h.CredFile})
+	g.Expect(err).NotTo(HaveOccurred())
+	req, err := pc.Submit(context.Background(), provider.Submission{IdempotencyKey: string(tc.UID), Tool: "issue_refund", Arguments: []byte(th.RefundArgs), Timeout: time.Minute})
+	g.Expect(err).NotTo(HaveOccurred())
+	h.Approve(req.ID, 5*time.Minute)
+	h.Provider.ResetStats()
+
+	h.Start()
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.RequestID).To(Equal(req.ID))
+	st := h.Provider.Stats()
+	g.Expect(st.Gets).To(BeZero(), "no poll after a terminal POST response")
+	g.Expect(st.Creates).To(BeZero())
+	// A reconcile that read the cache before its own status write may replay the POST again: still
+	// the same request, and still no poll.
+	g.Expect(st.Replays).To(BeNumerically(">=", 1))
+	g.Expect(h.Jobs()).To(HaveLen(1))
+}
+
+func TestDeniedCarriesTheNote(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	_, err := h.Provider.Decide(req.ID, provider.StatusDenied, "Not a duplicate.", nil)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	denied := h.WaitPhase("refund", tg.PhaseDenied)
+	h.G.Expect(denied.Status.Decision.Note).To(Equal("Not a duplicate."))
+	h.G.Expect(denied.Status.Message).To(ContainSubstring("Not a duplicate."))
+	h.G.Expect(meta.IsStatusConditionFalse(denied.Status.Conditions, tg.ConditionExecuted)).To(BeTrue())
+	h.G.Expect(h.Jobs()).To(BeEmpty())
+	h.G.Eventually(func() []string { return h.Get("refund").Finalizers }).Should(BeEmpty())
+}
+
+func TestProviderCancelledIsCancelled(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	_, err := h.Provider.Cancel(h.PendingRequest("refund").ID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	c := h.WaitPhase("refund", tg.PhaseCancelled)
+	h.G.Expect(c.Status.Reason).To(Equal(tg.ReasonProviderCancelled))
+	h.G.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// Provider "expired" is ApprovalUnavailable, never Denied.
+func TestProviderExpiryIsApprovalUnavailableNotDenied(t *testing.T) {
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(2*time.Second))
+	h.PendingRequest("refund")
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+	h.G.Expect(u.Status.Reason).To(Equal(tg.ReasonProviderExpired))
+	h.G.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
+	h.G.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
+	h.G.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// Polling stops at deadline_at + margin; 5xx on every poll is retried and never read as expiry; at
+// that point the request is cancelled, and the provider's final state (expired) is reported as
+// approval unavailable.
+func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	// The provider fails every poll, so the controller never hears about the expiry from a poll.
+	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 503, Probability: 1})).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(3*time.Second))
+	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+	// The cancellation at deadline_at + final-state margin found the request expired.
+	g.Expect(u.Status.Reason).To(Equal(tg.ReasonProviderExpired))
+	g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
+	g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
+	ready := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionReady)
+	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.Status.DeadlineAt.Add(th.TestTiming().FinalStateMargin).Truncate(time.Second)))
+	st := h.Provider.Stats()
+	g.Expect(st.Faults[reference.FaultError5xx]).To(BeNumerically(">=", 1))
+	g.Expect(st.Cancels).To(BeNumerically(">=", 1))
+	g.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// When the provider cannot be reached at all, the controller stops at its own limit and reports that
+// approval could not be obtained.
+func TestOwnLimitReachedOnAnUnreachableProvider(t *testing.T) {
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	// limit = 12s - 5s exec - 1s return = 6s after creation.
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 12*time.Second, ptr.To(2*time.Second))
+	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Expect(h.Provider.Faults().Set(
+		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
+		reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
+	)).To(Succeed())
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+	g.Expect(u.Status.Reason).To(Equal(tg.ReasonWaitingLimitReached))
+	g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
+	g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
+	ready := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionReady)
+	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.CreationTimestamp.Add(6*time.Second)))
+	g.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// Connection timeouts and resets on a poll are retried, never read as expiry.
+func TestPollTimeoutsAreRetriedAndTheApprovalStillApplies(t *testing.T) {
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	// The first poll hangs past the client's long-poll timeout (wait + 10s), the next two are reset.
+	g.Expect(h.Provider.Faults().Set(
+		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultDelay, Delay: 12 * time.Second, Count: 1},
+		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultReset, Count: 2},
+	)).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	g.Eventually(func() int64 { return h.Provider.Stats().Faults[reference.FaultReset] }).WithTimeout(20 * time.Second).Should(BeEquivalentTo(2))
+	g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "a timeout is not an expiry")
+	h.Approve(req.ID, 5*time.Minute)
+	h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(h.Provider.Stats().Faults[reference.FaultDelay]).To(BeEquivalentTo(1))
+	g.Expect(th.MetricValue("toolgate_provider_request_errors_total", map[string]string{"op": "wait", "code": provider.CodeTimeout})).To(BeNumerically(">=", 1))
+	g.Expect(h.Jobs()).To(HaveLen(1))
+}
+
+func TestTimeoutThatDoesNotFitIsRejectedWithTheNumbers(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	// limit = 60s - 5s exec - 1s return = 54s; 53s + 2s final-state margin does not fit.
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(53*time.Second))
+	r := h.WaitPhase("refund", tg.PhaseRejected)
+	h.G.Expect(r.Status.Reason).To(Equal(tg.ReasonTimeoutDoesNotFit))
+	h.G.Expect(r.Status.Message).To(And(ContainSubstring("timeout 53s"), ContainSubstring("final-state margin 2s"), ContainSubstring("spec.timeout")))
+	h.G.Expect(h.Provider.Stats().Submits).To(BeZero())
+}
+
+func TestBadInputIsRejectedBeforeAnyHumanIsAsked(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.Tool("dup-a", "restart_service", "")
+	h.Tool("dup-b", "restart_service", "")
+	h.Tool("broken", "broken_tool", "", func(tool *tg.Tool) {
+		tool.Spec.JobTemplate.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	})
+	cases := []struct {
+		name, tool, args, reason, message string
+	}{
+		{"unknown", "no_such_tool", `{}`, tg.ReasonUnknownTool, `no Tool in namespace`},
+		{"ambiguous", "restart_service", `{}`, tg.ReasonAmbiguousTool, `dup-a, dup-b`},
+		{"schema", "issue_refund", `{"payment_id":"p","amount":0,"currency":"JPY"}`, tg.ReasonInvalidArguments, `at /amount`},
+		{"extra-field", "issue_refund", `{"payment_id":"p","amount":1,"currency":"GBP","admin":true}`, tg.ReasonInvalidArguments, `argumentsSchema`},
+		{"too-large", "restart_service-x", `{"blob":"` + strings.Repeat("x", tg.MaxArgumentsBytes) + `"}`, tg.ReasonArgumentsTooLarge, `64 KiB`},
+		{"too-deep", "broken_tool-x", strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat(`}`, 40), tg.ReasonInvalidArguments, `levels deep`},
+		{"bad-job-template", "broken_tool", `{}`, tg.ReasonInvalidTool, `spec.jobTemplate`},
+	}
+	h.Tool("x1", "restart_service-x", "")
+	h.Tool("x2", "broken_tool-x", "")
+	for _, c := range cases {
+		h.ToolCall(c.name, c.tool, c.args, 2*time.Minute, nil)
+	}
+	for _, c := range cases {
+		r := h.WaitPhase(c.name, tg.PhaseRejected)
+		h.G.Expect(r.Status.Reason).To(Equal(c.reason), c.name)
+		h.G.Expect(r.Status.Message).To(ContainSubstring(c.message), c.name)
+		h.G.Expect(r.Finalizers).To(BeEmpty(), c.name)
+	}
+	h.G.Expect(h.Provider.Stats().Submits).To(BeZero(), "no request is sent for bad input")
+}
+
+// "check decision.expires_at immediately before allowing the call to start", with the injected clock.
+func TestExpiredApprovalNeverRuns(t *testing.T) {
+	h, clk := th.NewClocked(t, env)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	req := h.PendingRequest("refund")
+	// Valid for 5 minutes by the provider's clock; the controller's clock says 6 minutes have passed.
+	h.Approve(req.ID, 5*time.Minute)
+	clk.SetTime(clk.Now().Add(6 * time.Minute))
+	e := h.WaitPhase("refund", tg.PhaseExpired)
+	h.G.Expect(e.Status.Reason).To(Equal(tg.ReasonApprovalExpired))
+	h.G.Expect(e.Status.Decision.Status).To(Equal(provider.StatusApproved))
+	h.G.Expect(h.Jobs()).To(BeEmpty())
+}
+
+func TestApprovalExpiringWithinTheSkewMarginNeverRuns(t *testing.T) {
+	h, clk := th.NewClocked(t, env)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	req := h.PendingRequest("refund")
+	exp := clk.Now().Add(500 * time.Millisecond) // inside the 1s skew margin
+	_, err := h.Provider.Decide(req.ID, provider.StatusApproved, "", &exp)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.WaitPhase("refund", tg.PhaseExpired)
+	h.G.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// "This also applies to approvals recovered through a retry": the approval arrives while the manager
+// is down, and the new manager checks expiry against its clock before creating the Job.
+func TestApprovalRecoveredAfterRestartIsCheckedAgain(t *testing.T) {
+	h, clk := th.NewClocked(t, env)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	h.ToolCall("refund-valid", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+	stale := h.PendingRequest("refund")
+	valid := h.PendingRequest("refund-valid")
+	h.StopManager()
+	h.Approve(stale.ID, 2*time.Minute)
+	h.Approve(valid.ID, 30*time.Minute)
+	clk.SetTime(clk.Now().Add(3 * time.Minute))
+	h.Start()
+	h.WaitPhase("refund", tg.PhaseExpired)
+	h.WaitPhase("refund-valid", tg.PhaseRunning)
+	h.G.Expect(h.Jobs()).To(HaveLen(1))
+}
+
+func TestDeletingAPendingToolCallCancelsItsRequest(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
+	h.WaitGone("refund", 20*time.Second)
+	got, err := h.Provider.Get(req.ID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.G.Expect(got.Status).To(Equal(provider.StatusCancelled))
+}
+
+// A request whose id was never recorded (every submit response was lost) is recovered by the
+// idempotent POST and cancelled when the ToolCall is deleted.
+func TestDeletionRecoversAnUnrecordedRequestAndCancelsIt(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Probability: 1})).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	p := h.WaitPhase("refund", tg.PhasePending)
+	g.Expect(p.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
+	g.Expect(p.Status.RequestID).To(BeEmpty())
+	g.Eventually(func() int64 { return h.Provider.Stats().Creates }).Should(BeEquivalentTo(1))
+	h.Provider.Faults().Clear()
+	g.Expect(env.Client.Delete(context.Background(), p)).To(Succeed())
+	h.WaitGone("refund", 20*time.Second)
+	all, err := h.Provider.List("")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(all).To(HaveLen(1), "the replayed POST found the same request, no second one")
+	g.Expect(all[0].Status).To(Equal(provider.StatusCancelled))
+}
+
+func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
+	h := th.New(t, env, th.WithCancelGiveUp(2*time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.PendingRequest("refund")
+	h.G.Expect(h.Provider.Faults().Set(reference.FaultRule{Kind: reference.FaultReset, Probability: 1})).To(Succeed())
+	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
+	h.WaitGone("refund", 30*time.Second)
+	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
+}
+
+// crashAt is a crash hook (controllers.Options.Crash) that makes the manager die at point, as a killed
+// process would, and a channel closed the first time it does. A dead manager does nothing more: from
+// then on every crash point fails, so a retried reconcile cannot write what the crash left unwritten.
+func crashAt(point string) (hook func(string) error, crashed <-chan struct{}) {
+	done := make(chan struct{})
+	var once sync.Once
+	var dead atomic.Bool
+	return func(p string) error {
+		if p == point {
+			dead.Store(true)
+			once.Do(func() { close(done) })
+		}
+		if dead.Load() {
+			return errors.New("process killed")
+		}
+		return nil
+	}, done
+}
+
+// Restart safety: the manager dies at each crash-sensitive step and a new one takes over.
+func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
+	for _, point := range []string{controllers.CrashAfterSubmit, controllers.CrashBeforeJobCreate, controllers.CrashAfterJobCreate} {
+		t.Run(point, func(t *testing.T) {
+			h := th.New(t, env)
+			g := h.G
+			// This manager dies at the crash point: the reconcile ends there and nothing more is written.
+			var crashed <-chan struct{}
+			h.Opts.Crash, crashed = crashAt(point)
+			h.StopManager()
+			h.Start()
+
+			h.Tool("issue-refund", "issue_refund", "")
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			if point != controllers.CrashAfterSubmit {
+				req := h.PendingRequest("refund")
+				h.Approve(req.ID, 5*time.Minute)
+			}
+			g.Eventually(crashed).WithTimeout(20 * time.Second).Should(BeClosed())
+			// The new manager starts from what the dead one wrote before the crash point.
+			atCrash := h.Get("refund").Status
+			if point == controllers.CrashAfterSubmit {
+				g.Expect(atCrash.RequestID).To(BeEmpty())
+			} else {
+				g.Expect(atCrash.Phase).To(Equal(tg.PhaseAwaitingApproval))
+			}
+			h.Restart()
+
+			if point == controllers.CrashAfterSubmit {
+				// The new manager's POST replays the same request, then waits for the decision.
+				h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
+			}
+			running := h.WaitPhase("refund", tg.PhaseRunning, 30*time.Second)
+			g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1), "one provider request per ToolCall")
+			g.Expect(h.Jobs()).To(HaveLen(1), "one Job per ToolCall")
+			h.FinishJob(running.Status.JobName, true, "ok")
+			h.WaitPhase("refund", tg.PhaseSucceeded)
+			g.Expect(h.Jobs()).To(HaveLen(1))
+		})
+	}
+}
+
+// A Job that exists is the record that the tool started: never re-created, and never reported as not
+// run, whatever changed while the manager was down.
+func TestExistingJobIsNeverRecheckedOrRecreated(t *testing.T) {
+	cases := []struct {
+		name      string
+		validFor  time.Duration // of the approval
+		whileDown func(h *th.Harness, clk *clocktesting.FakePassiveClock)
+	}{
+		{"the approval expired", 2 * time.Minute, func(_ *th.Harness, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(clk.Now().Add(10 * time.Minute))
+		}},
+		{"the Tool was deleted", 2 * time.Minute, func(h *th.Harness, _ *clocktesting.FakePassiveClock) {
+			h.G.Expect(h.K8s.Delete(context.Background(), &tg.Tool{ObjectMeta: metav1.ObjectMeta{Name: "issue-refund", Namespace: h.NS}})).To(Succeed())
+		}},
+		{"the waiting limit passed", 3 * time.Hour, func(_ *th.Harness, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(clk.Now().Add(2 * time.Hour))
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, clk := th.NewClocked(t, env)
+			g := h.G
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
+			req := h.PendingRequest("refund")
+			awaiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+			h.Approve(req.ID, c.validFor)
+			g.Eventually(func() int { return len(h.Jobs()) }).Should(Equal(1))
+			// The manager dies after the Job create, before its status write: the status it wrote is
+			// taken back, so the next manager starts from AwaitingApproval with the Job in place.
+			h.StopManager()
+			cur := h.Get("refund")
+			cur.Status = awaiting.Status
+			g.Expect(h.K8s.Status().Update(context.Background(), cur)).To(Succeed())
+			c.whileDown(h, clk)
+			h.Start()
+			running := h.WaitPhase("refund", tg.PhaseRunning)
+			g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
+			g.Expect(h.Jobs()).To(HaveLen(1))
+		})
+	}
+}
+
+// The reconciler never blocks a worker on a long poll: with one worker and 30s polls, many
+// ToolCalls are all submitted and all waited on at once.
+func TestOneWorkerServesManyPendingToolCalls(t *testing.T) {
+	h := th.New(t, env, th.WithWorkers(1), th.WithPollWait(30*time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for _, n := range names {
+		h.ToolCall(n, "issue_refund", th.RefundArgs, 5*time.Minute, nil)
+	}
+	for _, n := range names {
+		h.WaitPhase(n, tg.PhaseAwaitingApproval, 10*time.Second)
+	}
+	h.G.Eventually(func() int64 { return h.Provider.Stats().Waiting }).Should(BeEquivalentTo(len(names)))
+	h.G.Expect(th.MetricValue("toolgate_pending_waiters", nil)).To(BeEquivalentTo(len(names)))
+	// A decision on the last one is applied while the other five are still held open by the provider.
+	h.Approve(h.PendingRequest("f").ID, 5*time.Minute)
+	h.WaitPhase("f", tg.PhaseRunning, 10*time.Second)
+}
+
+// Each completed poll that still says pending is followed by another, and writes nothing.
+func TestUnchangedPollsWriteNothing(t *testing.T) {
+	h := th.New(t, env, th.WithPollWait(time.Second))
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	first := h.PendingRequest("refund")
+	before := h.Get("refund").ResourceVersion
+	gets := h.Provider.Stats().Gets
+	h.G.Eventually(func() int64 { return h.Provider.Stats().Gets }).WithTimeout(15 * time.Second).Should(BeNumerically(">=", gets+3))
+	after := h.Get("refund")
+	h.G.Expect(after.ResourceVersion).To(Equal(before))
+	h.G.Expect(after.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+	h.G.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1), "a poll never creates a request")
+	now, err := h.Provider.Get(first.ID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.G.Expect(now.DeadlineAt).To(Equal(first.DeadlineAt), "a poll never extends the deadline")
+}
+
+// What a human approved is what runs: the apiserver's spec comparison does not see a key of
+// spec.arguments replaced by another, so the controller checks the approved arguments hash itself.
+// Depending on whether the controller saw the change before the approval, the call either ends
+// without running (ArgumentsChanged, or the provider's answer refused as untrusted) or runs the
+// arguments that were approved; it never runs the changed ones.
+func TestApprovalNeverCoversChangedArguments(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	tc := h.Get("refund")
+	tc.Spec.Arguments.Raw = []byte(`{"payment_id":"payment_123","amount":4900,"refund_to":"acct_999"}`)
+	if err := env.Client.Update(context.Background(), tc); err != nil {
+		t.Skipf("the apiserver refuses the change itself: %v", err)
+	}
+	h.Approve(req.ID, 5*time.Minute)
+	var end *tg.ToolCall
+	g.Eventually(func() tg.ToolCallPhase {
+		end = h.Get("refund")
+		return end.Status.Phase
+	}).WithTimeout(30 * time.Second).Should(BeElementOf(tg.PhaseApprovalUnavailable, tg.PhaseRunning))
+	if end.Status.Phase == tg.PhaseApprovalUnavailable {
+		g.Expect(end.Status.Reason).To(BeElementOf(tg.ReasonArgumentsChanged, tg.ReasonUntrustedResponse))
+		g.Expect(h.Jobs()).To(BeEmpty())
+		return
+	}
+	jobs := h.Jobs()
+	g.Expect(jobs).To(HaveLen(1))
+	g.Expect(jobs[0].Spec.Template.Spec.Containers[0].Env).To(ContainElement(HaveField("Value", MatchJSON(th.RefundArgs))))
+}

@@ -1,0 +1,832 @@
+// Package docs_test keeps the user documentation honest: it reads the API types, the controller and
+// the manifests, and fails when docs/ no longer describes what they do.
+//
+//   - Every reason the controller uses is in docs/troubleshooting.md, and its table has a row for
+//     exactly the (phase, reason) pairs the controller records.
+//   - Every metric Toolgate registers is in docs/metrics.md with its labels, and that page names no
+//     toolgate_ metric that does not exist.
+//   - The Argo CD health check in docs/gitops.md maps every phase to the right health, and the Flux
+//     health check expressions there give the right status for every phase when evaluated with CEL
+//     the way Flux evaluates them.
+//   - The validation messages of the CRDs are quoted in docs/troubleshooting.md.
+//   - The ClusterRoles the docs bind exist in config/rbac.
+//   - Relative links (and their #anchors) in docs/*.md and README.md resolve.
+package docs_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	gotypes "go/types"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/ext"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+const apiImportPath = "toolgate.dev/toolgate/api/v1alpha1"
+
+// ---------------------------------------------------------------------------------------------------
+// Reasons and phases
+
+func TestTroubleshootingNamesEveryReasonTheControllerUses(t *testing.T) {
+	g := NewWithT(t)
+	reasons := stringConsts(t, "api/v1alpha1/reasons.go", "Reason")
+	used := controllerReasons(t)
+	// Guards against a parser that finds nothing: these are used for certain.
+	g.Expect(used).To(ContainElements("ReasonDenied", "ReasonCancelFailed", "ReasonApproved"))
+
+	doc := readFile(t, "docs/troubleshooting.md")
+	for _, name := range used {
+		value, ok := reasons[name]
+		g.Expect(ok).To(BeTrue(), "controllers uses %s, which api/v1alpha1/reasons.go does not declare as a string constant", name)
+		g.Expect(doc).To(ContainSubstring("`"+value+"`"),
+			"controllers uses reason %s (%q); describe it in docs/troubleshooting.md as `%s`", name, value, value)
+	}
+}
+
+func TestTroubleshootingTableHasARowPerPhaseAndReason(t *testing.T) {
+	g := NewWithT(t)
+	phases := stringConsts(t, "api/v1alpha1/toolcall_types.go", "Phase")
+	reasons := stringConsts(t, "api/v1alpha1/reasons.go", "Reason")
+	pairs := controllerPhaseReasons(t)
+	g.Expect(pairs).To(ContainElements("Denied/ReasonDenied", "Rejected/ReasonUnknownTool", "Failed/ReasonInvalidTool"))
+
+	want := map[string]bool{}
+	for _, p := range pairs {
+		phaseConst, reasonConst, _ := strings.Cut(p, "/")
+		phase, ok := phases["Phase"+phaseConst]
+		g.Expect(ok).To(BeTrue(), "unknown phase constant Phase%s", phaseConst)
+		reason, ok := reasons[reasonConst]
+		g.Expect(ok).To(BeTrue(), "unknown reason constant %s", reasonConst)
+		want["`"+phase+"` `"+reason+"`"] = true
+	}
+
+	got := map[string]bool{}
+	for _, row := range tableRows(readFile(t, "docs/troubleshooting.md")) {
+		if len(row) >= 2 && isCode(row[0]) && isCode(row[1]) {
+			got[row[0]+" "+row[1]] = true
+		}
+	}
+	for pair := range want {
+		g.Expect(got).To(HaveKey(pair), "the controller records phase and reason %s; add a row for it to the table in docs/troubleshooting.md", pair)
+	}
+	for pair := range got {
+		g.Expect(want).To(HaveKey(pair), "docs/troubleshooting.md has a row for %s, which the controller never records; remove or fix it", pair)
+	}
+	for _, phase := range phases {
+		found := false
+		for pair := range got {
+			found = found || strings.HasPrefix(pair, "`"+phase+"` ")
+		}
+		g.Expect(found).To(BeTrue(), "phase %s has no row in the table of docs/troubleshooting.md", phase)
+	}
+}
+
+// controllerReasons returns the Reason* constants of the API package that the controller's
+// non-test files refer to.
+func controllerReasons(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	for _, f := range controllerFiles(t) {
+		alias := apiAlias(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			if name, ok := apiSelector(n, alias, "Reason"); ok && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+			return true
+		})
+	}
+	slices.Sort(names)
+	return names
+}
+
+// controllerPhaseReasons returns "Phase/ReasonConst" for every setPhase call in the controller. A
+// call passing a rejection's reason (rej.reason) stands for every reason a rejection literal carries,
+// and one passing a notStarted's phase and reason (stop.phase, stop.reason) for every pair a notStarted
+// literal carries.
+func controllerPhaseReasons(t *testing.T) []string {
+	t.Helper()
+	files := controllerFiles(t)
+	var rejectionReasons []string
+	for _, f := range files {
+		alias := apiAlias(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok || !isIdent(lit.Type, "rejection") || len(lit.Elts) == 0 {
+				return true
+			}
+			first := lit.Elts[0]
+			if kv, ok := first.(*ast.KeyValueExpr); ok {
+				first = kv.Value
+			}
+			if name, ok := apiSelector(first, alias, "Reason"); ok && !slices.Contains(rejectionReasons, name) {
+				rejectionReasons = append(rejectionReasons, name)
+			}
+			return true
+		})
+	}
+	if len(rejectionReasons) == 0 {
+		t.Fatal("found no rejection{...} literal in controllers; update controllerPhaseReasons in test/docstest")
+	}
+	var notStartedPairs []string
+	for _, f := range files {
+		alias := apiAlias(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok || !isIdent(lit.Type, "notStarted") || len(lit.Elts) < 2 {
+				return true
+			}
+			phase, okP := apiSelector(lit.Elts[0], alias, "Phase")
+			reason, okR := apiSelector(lit.Elts[1], alias, "Reason")
+			if !okP || !okR {
+				t.Errorf("a notStarted literal in controllers does not start with a v1alpha1.Phase* and a v1alpha1.Reason* constant (%s); update controllerPhaseReasons in test/docstest", gotypes.ExprString(lit))
+				return true
+			}
+			notStartedPairs = append(notStartedPairs, strings.TrimPrefix(phase, "Phase")+"/"+reason)
+			return true
+		})
+	}
+	if len(notStartedPairs) == 0 {
+		t.Fatal("found no notStarted{...} literal in controllers; update controllerPhaseReasons in test/docstest")
+	}
+
+	var pairs []string
+	add := func(p string) {
+		if !slices.Contains(pairs, p) {
+			pairs = append(pairs, p)
+		}
+	}
+	for _, f := range files {
+		alias := apiAlias(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || !isIdent(call.Fun, "setPhase") || len(call.Args) != 4 {
+				return true
+			}
+			if isField(call.Args[1], "phase") && isField(call.Args[2], "reason") {
+				for _, p := range notStartedPairs {
+					add(p)
+				}
+				return true
+			}
+			phase, ok := apiSelector(call.Args[1], alias, "Phase")
+			if !ok {
+				t.Errorf("a setPhase call in controllers passes a phase that is not a v1alpha1.Phase* constant (%s); update controllerPhaseReasons in test/docstest", gotypes.ExprString(call.Args[1]))
+				return true
+			}
+			phase = strings.TrimPrefix(phase, "Phase")
+			var reasons []string
+			if reason, ok := apiSelector(call.Args[2], alias, "Reason"); ok {
+				reasons = []string{reason}
+			} else if isField(call.Args[2], "reason") {
+				reasons = rejectionReasons
+			} else {
+				t.Errorf("a setPhase call in controllers passes a reason this test cannot resolve (%s); update controllerPhaseReasons in test/docstest", gotypes.ExprString(call.Args[2]))
+				return true
+			}
+			for _, r := range reasons {
+				add(phase + "/" + r)
+			}
+			return true
+		})
+	}
+	return pairs
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Metrics
+
+type metric struct {
+	name   string
+	labels []string
+}
+
+func TestMetricsDocCoversEveryMetric(t *testing.T) {
+	g := NewWithT(t)
+	metrics := registeredMetrics(t)
+	names := make([]string, len(metrics))
+	for i, m := range metrics {
+		names[i] = m.name
+	}
+	g.Expect(names).To(ContainElements("toolgate_toolcalls_total", "toolgate_apiserver_writes_total"))
+
+	doc := readFile(t, "docs/metrics.md")
+	rows := map[string][]string{}
+	for _, row := range tableRows(doc) {
+		if len(row) > 0 && isCode(row[0]) {
+			rows[strings.Trim(row[0], "`")] = row
+		}
+	}
+	for _, m := range metrics {
+		row, ok := rows[m.name]
+		g.Expect(ok).To(BeTrue(), "controllers/metrics.go registers %s; add a table row for it to docs/metrics.md", m.name)
+		if !ok {
+			continue
+		}
+		g.Expect(len(row)).To(BeNumerically(">=", 3), "the row of %s in docs/metrics.md needs name, type and labels columns", m.name)
+		for _, l := range m.labels {
+			g.Expect(row[2]).To(ContainSubstring("`"+l+"`"), "docs/metrics.md: the labels column of %s must name label %q", m.name, l)
+		}
+		if len(m.labels) == 0 {
+			g.Expect(row[2]).To(Equal("—"), "docs/metrics.md: %s has no labels; its labels column must say —", m.name)
+		}
+	}
+
+	mentioned := regexp.MustCompile(`\btoolgate_[a-z0-9_]+`).FindAllString(doc, -1)
+	g.Expect(mentioned).NotTo(BeEmpty())
+	for _, name := range mentioned {
+		base := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if trimmed, ok := strings.CutSuffix(name, suffix); ok && slices.Contains(names, trimmed) {
+				base = trimmed
+			}
+		}
+		g.Expect(names).To(ContainElement(base), "docs/metrics.md mentions %s, which controllers/metrics.go does not register", name)
+	}
+}
+
+// registeredMetrics parses controllers/metrics.go for prometheus.New*(Opts{Name: "toolgate_..."}, labels).
+func registeredMetrics(t *testing.T) []metric {
+	t.Helper()
+	f := parseFile(t, "controllers/metrics.go")
+	var out []metric
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) == 0 {
+			return true
+		}
+		opts, ok := call.Args[0].(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		var m metric
+		for _, e := range opts.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if !ok || !isIdent(kv.Key, "Name") {
+				continue
+			}
+			if s, ok := stringLit(kv.Value); ok && strings.HasPrefix(s, "toolgate_") {
+				m.name = s
+			}
+		}
+		if m.name == "" {
+			return true
+		}
+		if len(call.Args) > 1 {
+			if labels, ok := call.Args[1].(*ast.CompositeLit); ok {
+				for _, e := range labels.Elts {
+					if s, ok := stringLit(e); ok {
+						m.labels = append(m.labels, s)
+					}
+				}
+			}
+		}
+		out = append(out, m)
+		return true
+	})
+	if len(out) == 0 {
+		t.Fatal("found no toolgate_ metric in controllers/metrics.go; update registeredMetrics in test/docstest")
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GitOps health checks
+
+func TestArgoCDHealthCheckMapsEveryPhase(t *testing.T) {
+	g := NewWithT(t)
+	const toolCallKey = "resource.customizations.health.toolgate.dev_ToolCall"
+	const toolKey = "resource.customizations.health.toolgate.dev_Tool"
+	var cm corev1.ConfigMap
+	block := codeBlockContaining(t, "docs/gitops.md", toolCallKey)
+	g.Expect(yaml.UnmarshalStrict([]byte(block), &cm)).To(Succeed(), "the argocd-cm snippet in docs/gitops.md is not a valid ConfigMap")
+	g.Expect(cm.Name).To(Equal("argocd-cm"))
+	lua, ok := cm.Data[toolCallKey]
+	g.Expect(ok).To(BeTrue(), "the argocd-cm snippet must set %s", toolCallKey)
+	g.Expect(cm.Data).To(HaveKeyWithValue(toolKey, ContainSubstring(`hs.status = "Healthy"`)))
+
+	// The phase-to-health table at the top of the Lua script.
+	table := regexp.MustCompile(`(?s)local health = \{(.*?)\n\s*\}`).FindStringSubmatch(lua)
+	g.Expect(table).NotTo(BeNil(), "the ToolCall health check must start with `local health = { Phase = \"Health\", ... }`")
+	got := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*([A-Za-z]+)\s*=\s*"([A-Za-z]+)",?\s*$`).FindAllStringSubmatch(table[1], -1) {
+		got[m[1]] = m[2]
+	}
+
+	phases := stringConsts(t, "api/v1alpha1/toolcall_types.go", "Phase")
+	g.Expect(phases).To(HaveKey("PhaseAwaitingApproval"))
+	want := map[string]string{}
+	for _, p := range phases {
+		want[p] = expectedArgoHealth(tg.ToolCallPhase(p))
+		g.Expect(lua).To(ContainSubstring(p), "the Argo CD health check does not mention phase %s", p)
+	}
+	g.Expect(got).To(Equal(want), "the Argo CD health check in docs/gitops.md maps phases to the wrong health")
+	// The message carries the status message, so Degraded says why.
+	g.Expect(lua).To(ContainSubstring("obj.status.message"))
+}
+
+func expectedArgoHealth(p tg.ToolCallPhase) string {
+	switch {
+	case p == tg.PhaseSucceeded:
+		return "Healthy"
+	case p.IsTerminal():
+		return "Degraded"
+	}
+	return "Progressing"
+}
+
+// fluxHealthCheck is one entry of a Flux Kustomization's spec.healthCheckExprs.
+type fluxHealthCheck struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	InProgress string `json:"inProgress"`
+	Failed     string `json:"failed"`
+	Current    string `json:"current"`
+}
+
+func TestFluxHealthCheckExpressionsGiveTheRightStatus(t *testing.T) {
+	g := NewWithT(t)
+	var ks struct {
+		Spec struct {
+			HealthCheckExprs []fluxHealthCheck `json:"healthCheckExprs"`
+		} `json:"spec"`
+	}
+	g.Expect(yaml.Unmarshal([]byte(codeBlockContaining(t, "docs/gitops.md", "healthCheckExprs:")), &ks)).To(Succeed())
+	var hc *fluxHealthCheck
+	for i := range ks.Spec.HealthCheckExprs {
+		if ks.Spec.HealthCheckExprs[i].Kind == "ToolCall" {
+			hc = &ks.Spec.HealthCheckExprs[i]
+		}
+	}
+	g.Expect(hc).NotTo(BeNil(), "docs/gitops.md: healthCheckExprs has no entry for kind ToolCall")
+	g.Expect(hc.APIVersion).To(Equal(tg.GroupVersion.String()))
+	g.Expect(hc.Current).NotTo(BeEmpty())
+
+	phases := stringConsts(t, "api/v1alpha1/toolcall_types.go", "Phase")
+	for _, p := range phases {
+		obj := toolCallObject(map[string]any{"phase": p, "observedGeneration": int64(1)})
+		status, err := fluxStatus(hc, obj)
+		g.Expect(err).NotTo(HaveOccurred(), "phase %s", p)
+		g.Expect(status).To(Equal(expectedFluxStatus(tg.ToolCallPhase(p))), "phase %s", p)
+	}
+
+	// Accepted but no phase recorded yet: in progress.
+	status, err := fluxStatus(hc, toolCallObject(map[string]any{}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(status).To(Equal("InProgress"))
+
+	// No status at all (before the first status write): the expressions cannot be evaluated, as
+	// docs/gitops.md says; Flux then reports the status as unknown and polls again.
+	_, err = fluxStatus(hc, toolCallObject(nil))
+	g.Expect(err).To(HaveOccurred())
+}
+
+func expectedFluxStatus(p tg.ToolCallPhase) string {
+	switch {
+	case p == tg.PhaseSucceeded:
+		return "Current"
+	case p.IsTerminal():
+		return "Failed"
+	}
+	return "InProgress"
+}
+
+func toolCallObject(status map[string]any) map[string]any {
+	obj := map[string]any{
+		"apiVersion": tg.GroupVersion.String(),
+		"kind":       "ToolCall",
+		"metadata":   map[string]any{"name": "refund-payment-123", "namespace": "demo", "generation": int64(1)},
+		"spec":       map[string]any{"tool": "issue_refund", "arguments": map[string]any{"payment_id": "payment_123"}, "waitingLimit": "45m"},
+	}
+	if status != nil {
+		obj["status"] = status
+	}
+	return obj
+}
+
+// fluxStatus evaluates the expressions as Flux's kustomize-controller does (RFC 0009): the
+// expressions are parsed, not type-checked, with the optional-types and string, set and encoder
+// extensions; inProgress, failed and current are tried in that order and the first true one wins;
+// none true means in progress.
+func fluxStatus(hc *fluxHealthCheck, obj map[string]any) (string, error) {
+	env, err := cel.NewEnv(
+		cel.HomogeneousAggregateLiterals(),
+		cel.EagerlyValidateDeclarations(true),
+		cel.DefaultUTCTimeZone(true),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		ext.Strings(),
+		ext.Sets(),
+		ext.Encoders(),
+	)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range []struct{ expr, status string }{
+		{hc.InProgress, "InProgress"}, {hc.Failed, "Failed"}, {hc.Current, "Current"},
+	} {
+		if e.expr == "" {
+			continue
+		}
+		parsed, iss := env.Parse(e.expr)
+		if iss != nil && iss.Err() != nil {
+			return "", fmt.Errorf("parsing %q: %w", e.expr, iss.Err())
+		}
+		prog, err := env.Program(parsed)
+		if err != nil {
+			return "", err
+		}
+		val, _, err := prog.Eval(obj)
+		if err != nil {
+			return "", fmt.Errorf("evaluating %q: %w", e.expr, err)
+		}
+		b, ok := val.(types.Bool)
+		if !ok {
+			return "", fmt.Errorf("%q does not evaluate to a bool but %v", e.expr, val.Type())
+		}
+		if b {
+			return e.status, nil
+		}
+	}
+	return "InProgress", nil
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Validation messages and roles
+
+func TestTroubleshootingQuotesEveryValidationMessage(t *testing.T) {
+	g := NewWithT(t)
+	doc := readFile(t, "docs/troubleshooting.md")
+	gitops := readFile(t, "docs/gitops.md")
+	re := regexp.MustCompile(`XValidation:.*,message="([^"]+)"`)
+	var messages []string
+	for _, file := range []string{"api/v1alpha1/toolcall_types.go", "api/v1alpha1/tool_types.go"} {
+		for _, c := range parseFile(t, file).Comments {
+			for _, m := range re.FindAllStringSubmatch(c.Text(), -1) {
+				messages = append(messages, m[1])
+			}
+		}
+	}
+	g.Expect(messages).To(ContainElement(ContainSubstring("spec is immutable")))
+	for _, m := range messages {
+		g.Expect(doc).To(ContainSubstring("`"+m+"`"), "the CRD validation message %q is not quoted in the admission errors of docs/troubleshooting.md", m)
+	}
+	g.Expect(gitops).To(ContainSubstring("spec is immutable: what a human approved is what runs; create a new ToolCall instead"))
+}
+
+func TestDocumentedClusterRolesExist(t *testing.T) {
+	g := NewWithT(t)
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	g.Expect(yaml.Unmarshal([]byte(readFile(t, "config/rbac/kustomization.yaml")), &kustomization)).To(Succeed())
+	roles := map[string]bool{}
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config/rbac/*.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, doc := range strings.Split(string(data), "\n---") {
+			var obj struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			g.Expect(yaml.Unmarshal([]byte(doc), &obj)).To(Succeed(), file)
+			if obj.Kind != "ClusterRole" {
+				continue
+			}
+			// config/default prefixes the names of what config/rbac/kustomization.yaml lists with
+			// toolgate-; a file it does not list is applied as it is (or added to it, and prefixed).
+			roles["toolgate-"+obj.Metadata.Name] = true
+			if !slices.Contains(kustomization.Resources, filepath.Base(file)) {
+				roles[obj.Metadata.Name] = true
+			}
+		}
+	}
+	g.Expect(roles).To(HaveKey("toolgate-toolcall-agent"))
+	g.Expect(roles).NotTo(HaveKey("toolcall-agent"))
+
+	re := regexp.MustCompile(`--clusterrole=([a-z0-9-]+)|ClusterRole ` + "`" + `([a-z0-9-]+)` + "`")
+	checked := 0
+	for _, file := range markdownFiles(t) {
+		for _, m := range re.FindAllStringSubmatch(readFile(t, file), -1) {
+			name := m[1] + m[2]
+			checked++
+			g.Expect(roles).To(HaveKey(name), "%s refers to ClusterRole %s, which config/rbac does not define", file, name)
+		}
+	}
+	g.Expect(checked).To(BeNumerically(">", 0))
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Links
+
+func TestRelativeLinksResolve(t *testing.T) {
+	g := NewWithT(t)
+	root := repoRoot(t)
+	link := regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	checked := 0
+	for _, file := range markdownFiles(t) {
+		text := stripCode(readFile(t, file))
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			path, fragment, _ := strings.Cut(target, "#")
+			resolved := filepath.Join(root, file)
+			if path != "" {
+				resolved = filepath.Join(filepath.Dir(resolved), path)
+				_, err := os.Stat(resolved)
+				g.Expect(err).NotTo(HaveOccurred(), "%s links to %s, which does not exist", file, target)
+				if err != nil {
+					continue
+				}
+			}
+			if fragment != "" && strings.HasSuffix(resolved, ".md") {
+				data, err := os.ReadFile(resolved)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(headingAnchors(string(data))).To(ContainElement(fragment),
+					"%s links to %s, but that page has no heading with anchor #%s", file, target, fragment)
+			}
+		}
+	}
+	g.Expect(checked).To(BeNumerically(">", 10), "suspiciously few relative links found")
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a Markdown page.
+func headingAnchors(md string) []string {
+	var out []string
+	seen := map[string]int{}
+	for _, line := range strings.Split(stripFences(md), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || ('a' <= r && r <= 'z') || ('0' <= r && r <= '9') || r > 127:
+				b.WriteRune(r)
+			}
+		}
+		slug := b.String()
+		if n := seen[slug]; n > 0 {
+			out = append(out, fmt.Sprintf("%s-%d", slug, n))
+		} else {
+			out = append(out, slug)
+		}
+		seen[slug]++
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Helpers
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func readFile(t *testing.T, rel string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	if err != nil {
+		t.Fatalf("reading %s: %v", rel, err)
+	}
+	return string(data)
+}
+
+// markdownFiles returns README.md and docs/*.md, relative to the repository root.
+func markdownFiles(t *testing.T) []string {
+	t.Helper()
+	root := repoRoot(t)
+	matches, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"README.md"}
+	for _, m := range matches {
+		rel, err := filepath.Rel(root, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, rel)
+	}
+	for _, want := range []string{"docs/quick-start.md", "docs/gitops.md", "docs/metrics.md", "docs/troubleshooting.md"} {
+		if !slices.Contains(files, want) {
+			t.Fatalf("%s is missing", want)
+		}
+	}
+	return files
+}
+
+func parseFile(t *testing.T, rel string) *ast.File {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(repoRoot(t), rel), nil, parser.ParseComments)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", rel, err)
+	}
+	return f
+}
+
+// controllerFiles parses the non-test Go files of controllers.
+func controllerFiles(t *testing.T) []*ast.File {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(repoRoot(t), "controllers/*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, m := range matches {
+		if strings.HasSuffix(m, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), m, nil, 0)
+		if err != nil {
+			t.Fatalf("parsing %s: %v", m, err)
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		t.Fatal("no Go files in controllers")
+	}
+	return files
+}
+
+// stringConsts returns the string constants of a file whose names start with prefix, by name.
+func stringConsts(t *testing.T, rel, prefix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, decl := range parseFile(t, rel).Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, prefix) || i >= len(vs.Values) {
+					continue
+				}
+				if s, ok := stringLit(vs.Values[i]); ok {
+					out[name.Name] = s
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no %s* string constants in %s", prefix, rel)
+	}
+	return out
+}
+
+// apiAlias is the name under which a file imports the API package ("" when it does not).
+func apiAlias(f *ast.File) string {
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == apiImportPath {
+			if imp.Name != nil {
+				return imp.Name.Name
+			}
+			return "v1alpha1"
+		}
+	}
+	return ""
+}
+
+// apiSelector reports whether n is alias.<prefix>Something and returns Something's full name.
+func apiSelector(n ast.Node, alias, prefix string) (string, bool) {
+	sel, ok := n.(*ast.SelectorExpr)
+	if !ok || alias == "" || !isIdent(sel.X, alias) || !strings.HasPrefix(sel.Sel.Name, prefix) {
+		return "", false
+	}
+	return sel.Sel.Name, true
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(lit.Value)
+	return s, err == nil
+}
+
+// isField says whether e selects the field name (x.name).
+func isField(e ast.Expr, name string) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	return ok && sel.Sel.Name == name
+}
+
+// tableRows returns the cells of every Markdown table row (header and separator rows included).
+func tableRows(md string) [][]string {
+	var rows [][]string
+	for _, line := range strings.Split(stripFences(md), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		line = strings.ReplaceAll(line, `\|`, "\x00")
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.ReplaceAll(strings.TrimSpace(cells[i]), "\x00", "|")
+		}
+		rows = append(rows, cells)
+	}
+	return rows
+}
+
+func isCode(cell string) bool {
+	return len(cell) > 2 && strings.HasPrefix(cell, "`") && strings.HasSuffix(cell, "`") && strings.Count(cell, "`") == 2
+}
+
+// codeBlocks returns the contents of the fenced code blocks of a Markdown file.
+func codeBlocks(md string) []string {
+	var blocks []string
+	var cur []string
+	in := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			if in {
+				blocks = append(blocks, strings.Join(cur, "\n"))
+				cur = nil
+			}
+			in = !in
+			continue
+		}
+		if in {
+			cur = append(cur, line)
+		}
+	}
+	return blocks
+}
+
+func codeBlockContaining(t *testing.T, rel, text string) string {
+	t.Helper()
+	for _, b := range codeBlocks(readFile(t, rel)) {
+		if strings.Contains(b, text) {
+			return b
+		}
+	}
+	t.Fatalf("%s has no code block containing %q", rel, text)
+	return ""
+}
+
+// stripFences removes fenced code blocks.
+func stripFences(md string) string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// stripCode removes fenced code blocks and inline code spans, where a link is not a link.
+func stripCode(md string) string {
+	return regexp.MustCompile("`[^`\n]*`").ReplaceAllString(stripFences(md), "")
+}

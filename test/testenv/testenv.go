@@ -1,0 +1,66 @@
+// Package testenv starts a real kube-apiserver and etcd (controller-runtime's envtest) with the
+// Toolgate CRDs installed. The binaries come from KUBEBUILDER_ASSETS when set, otherwise from the
+// cache hack/build-envtest-assets.sh builds into ($TOOLGATE_CACHE, default ~/.cache/toolgate).
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Start starts the control plane and installs the CRDs.
+func Start() (*envtest.Environment, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		matches, _ := filepath.Glob(filepath.Join(CacheDir(), "k8s", "*", "kube-apiserver"))
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("no kube-apiserver: set KUBEBUILDER_ASSETS or run hack/build-envtest-assets.sh (make test does)")
+		}
+		env.BinaryAssetsDirectory = filepath.Dir(matches[len(matches)-1])
+	}
+	if _, err := env.Start(); err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	return env, nil
+}
+
+// RepoRoot walks up from the working directory to the directory holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// CacheDir is where hack/build-envtest-assets.sh caches what it builds: $TOOLGATE_CACHE, else
+// $XDG_CACHE_HOME/toolgate, else ~/.cache/toolgate.
+func CacheDir() string {
+	if dir := os.Getenv("TOOLGATE_CACHE"); dir != "" {
+		return dir
+	}
+	if dir := os.Getenv("XDG_CACHE_HOME"); dir != "" {
+		return filepath.Join(dir, "toolgate")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "toolgate")
+}

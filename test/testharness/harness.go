@@ -1,0 +1,464 @@
+// Package testharness is the world Toolgate's integration tests, chaos run and benchmarks run in: a real
+// kube-apiserver and etcd (envtest) with the CRDs, a namespace per scenario, the reference approvals
+// provider on a real loopback socket, and a Toolgate manager that can be stopped and started again.
+package testharness
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/test/testenv"
+)
+
+// Credential is the provider instance credential every harness uses.
+const Credential = "test-instance-credential"
+
+// RefundSchema and RefundArgs are the design's refund example.
+const (
+	RefundSchema = `{"type":"object","required":["payment_id","amount","currency"],"properties":{"payment_id":{"type":"string"},"amount":{"type":"integer","minimum":1},"currency":{"enum":["GBP","EUR","USD"]}},"additionalProperties":false}`
+	RefundArgs   = `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`
+)
+
+// Env is a running control plane and an admin client for it.
+type Env struct {
+	Env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+// StartEnv starts envtest with the Toolgate CRDs.
+func StartEnv() (*Env, error) {
+	env, err := testenv.Start()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: controllers.Scheme()})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &Env{Env: env, Config: env.Config, Client: c}, nil
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() error { return e.Env.Stop() }
+
+var nsCounter atomic.Int64
+
+// Harness is one scenario's world.
+type Harness struct {
+	T        testing.TB
+	G        *WithT
+	Env      *Env
+	K8s      client.Client
+	NS       string
+	Provider *reference.Server
+	URL      string
+	CredFile string
+	// Opts are the manager's options; Start uses them as they are at the time of the call.
+	Opts controllers.Options
+
+	providerOpts reference.Options
+	clientOpts   provider.Options
+	noManager    bool
+	providerTLS  *tls.Certificate
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Option changes a harness before its manager starts.
+type Option func(*Harness)
+
+func WithClock(c clock.PassiveClock) Option { return func(h *Harness) { h.Opts.Clock = c } }
+func WithPollWait(d time.Duration) Option   { return func(h *Harness) { h.Opts.PollWait = d } }
+func WithWorkers(n int) Option              { return func(h *Harness) { h.Opts.MaxConcurrentReconciles = n } }
+func WithCancelGiveUp(d time.Duration) Option {
+	return func(h *Harness) { h.Opts.CancelGiveUp = d }
+}
+
+// WithProvider changes the reference provider's options before it starts.
+func WithProvider(f func(*reference.Options)) Option {
+	return func(h *Harness) { f(&h.providerOpts) }
+}
+
+// WithProviderClient changes the provider client's options before it is built.
+func WithProviderClient(f func(*provider.Options)) Option {
+	return func(h *Harness) { f(&h.clientOpts) }
+}
+
+// WithProviderTLS serves the reference provider over TLS with cert (StartTLS) instead of plain HTTP.
+// The provider client trusts the system pool unless WithProviderClient sets a CAFile.
+func WithProviderTLS(cert tls.Certificate) Option {
+	return func(h *Harness) { h.providerTLS = &cert }
+}
+
+// WithoutManager leaves the manager stopped: the test starts it (Start) or runs its own.
+func WithoutManager() Option { return func(h *Harness) { h.noManager = true } }
+
+// TestTiming is the design's margins, shortened so that limits are reached within a test.
+func TestTiming() controllers.Timing {
+	return controllers.Timing{ReturnMargin: time.Second, FinalStateMargin: 2 * time.Second, SkewMargin: time.Second, SubmitAllowance: time.Second}
+}
+
+// New builds a harness: a fresh namespace, a reference provider on loopback, and (unless
+// WithoutManager) a running manager limited to the namespace.
+func New(t testing.TB, env *Env, opts ...Option) *Harness {
+	t.Helper()
+	g := NewWithT(t)
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
+	ns := fmt.Sprintf("tc-%d-%s", nsCounter.Add(1), name)
+	if len(ns) > 60 {
+		ns = ns[:60]
+	}
+	h := &Harness{T: t, G: g, Env: env, K8s: env.Client, NS: strings.TrimRight(ns, "-")}
+	h.providerOpts = reference.Options{Credential: Credential}
+	h.CredFile = filepath.Join(t.TempDir(), "credential")
+	h.clientOpts = provider.Options{
+		CredentialFile: h.CredFile,
+		BackoffBase:    20 * time.Millisecond, BackoffCap: 500 * time.Millisecond,
+		RequestTimeout: 5 * time.Second, OnError: controllers.CountProviderError,
+	}
+	h.Opts = controllers.Options{
+		PollWait:           2 * time.Second,
+		Timing:             TestTiming(),
+		CallTimeout:        5 * time.Second,
+		CancelGiveUp:       30 * time.Second,
+		Namespaces:         []string{h.NS},
+		SkipNameValidation: true,
+		MetricsBindAddress: "0",
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	g.Expect(h.K8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.NS}})).To(Succeed())
+
+	srv, err := reference.New(h.providerOpts)
+	g.Expect(err).NotTo(HaveOccurred())
+	h.Provider = srv
+	if h.providerTLS != nil {
+		h.URL, err = srv.StartTLS("127.0.0.1:0", *h.providerTLS)
+	} else {
+		h.URL, err = srv.Start("127.0.0.1:0")
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = srv.Close() })
+
+	g.Expect(os.WriteFile(h.CredFile, []byte(h.providerOpts.Credential+"\n"), 0o600)).To(Succeed())
+	h.clientOpts.BaseURL = h.URL
+	pc, err := provider.NewHTTPClient(h.clientOpts)
+	g.Expect(err).NotTo(HaveOccurred())
+	h.Opts.Provider = pc
+	if !h.noManager {
+		h.Start()
+	}
+	t.Cleanup(h.StopManager)
+	return h
+}
+
+// Start runs a new manager with h.Opts.
+func (h *Harness) Start() {
+	h.T.Helper()
+	mgr, err := controllers.NewManager(h.Env.Config, h.Opts)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// An error after a requested stop (e.g. caches still syncing) is the stop itself, not a failure.
+		if err := mgr.Start(ctx); err != nil && ctx.Err() == nil {
+			h.T.Errorf("manager: %v", err)
+		}
+	}()
+	h.mu.Lock()
+	h.stop, h.done = cancel, done
+	h.mu.Unlock()
+}
+
+// StopManager stops the running manager and waits until it has stopped, as a process exit would.
+func (h *Harness) StopManager() {
+	h.mu.Lock()
+	stop, done := h.stop, h.done
+	h.stop, h.done = nil, nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// Restart stops the manager and starts a new one with the same options (minus any crash point).
+func (h *Harness) Restart() {
+	h.StopManager()
+	h.Opts.Crash = nil
+	h.Start()
+}
+
+// NewClocked is a harness whose controller clock the test moves, with the refund Tool.
+func NewClocked(t testing.TB, env *Env) (*Harness, *clocktesting.FakePassiveClock) {
+	t.Helper()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	h := New(t, env, WithClock(clk))
+	h.Tool("issue-refund", "issue_refund", "")
+	return h, clk
+}
+
+// Tool creates a Tool whose Job writes its arguments as the termination message.
+func (h *Harness) Tool(name, toolName string, schema string, mutate ...func(*tg.Tool)) *tg.Tool {
+	h.T.Helper()
+	tool := &tg.Tool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
+		Spec: tg.ToolSpec{
+			ToolName:         toolName,
+			ExecutionTimeout: &metav1.Duration{Duration: 5 * time.Second},
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "tool", Image: "busybox:1.36", Command: []string{"sh", "-c", "echo \"$TOOL_ARGUMENTS\" > /dev/termination-log"}}},
+			}}}},
+		},
+	}
+	if schema != "" {
+		tool.Spec.ArgumentsSchema = &apiextensionsv1.JSON{Raw: []byte(schema)}
+	}
+	for _, m := range mutate {
+		m(tool)
+	}
+	h.G.Expect(h.K8s.Create(context.Background(), tool)).To(Succeed())
+	return tool
+}
+
+// NewToolCall returns a ToolCall object in the harness namespace, not yet created.
+func (h *Harness) NewToolCall(name, tool, args string, waitingLimit time.Duration, timeout *time.Duration) *tg.ToolCall {
+	tc := &tg.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
+		Spec: tg.ToolCallSpec{
+			Tool:         tool,
+			Arguments:    runtime.RawExtension{Raw: []byte(args)},
+			WaitingLimit: metav1.Duration{Duration: waitingLimit},
+		},
+	}
+	if timeout != nil {
+		tc.Spec.Timeout = &metav1.Duration{Duration: *timeout}
+	}
+	return tc
+}
+
+// ToolCall creates a ToolCall.
+func (h *Harness) ToolCall(name, tool, args string, waitingLimit time.Duration, timeout *time.Duration) *tg.ToolCall {
+	h.T.Helper()
+	tc := h.NewToolCall(name, tool, args, waitingLimit, timeout)
+	h.G.Expect(h.K8s.Create(context.Background(), tc)).To(Succeed())
+	return tc
+}
+
+// Get reads a ToolCall from the apiserver.
+func (h *Harness) Get(name string) *tg.ToolCall {
+	h.T.Helper()
+	tc := &tg.ToolCall{}
+	h.G.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, tc)).To(Succeed())
+	return tc
+}
+
+// WaitPhase waits until the ToolCall reaches phase (30s unless a timeout is given) and returns it.
+func (h *Harness) WaitPhase(name string, phase tg.ToolCallPhase, timeout ...time.Duration) *tg.ToolCall {
+	h.T.Helper()
+	limit := 30 * time.Second
+	if len(timeout) > 0 {
+		limit = timeout[0]
+	}
+	var tc *tg.ToolCall
+	h.G.Eventually(func(g Gomega) tg.ToolCallPhase {
+		tc = &tg.ToolCall{}
+		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, tc)).To(Succeed())
+		return tc.Status.Phase
+	}).WithTimeout(limit).WithPolling(50*time.Millisecond).Should(Equal(phase), func() string {
+		return fmt.Sprintf("ToolCall %s: reason %q, message %q", name, tc.Status.Reason, tc.Status.Message)
+	})
+	return tc
+}
+
+// WaitGone waits until the ToolCall no longer exists (its finalizer was removed).
+func (h *Harness) WaitGone(name string, timeout time.Duration) {
+	h.T.Helper()
+	h.G.Eventually(func() bool {
+		return apierrors.IsNotFound(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, &tg.ToolCall{}))
+	}).WithTimeout(timeout).Should(BeTrue(), "ToolCall %s still exists", name)
+}
+
+// PendingRequest returns the provider's request for a ToolCall once it is AwaitingApproval.
+func (h *Harness) PendingRequest(name string) provider.Request {
+	h.T.Helper()
+	tc := h.WaitPhase(name, tg.PhaseAwaitingApproval)
+	h.G.Expect(tc.Status.RequestID).NotTo(BeEmpty())
+	req, err := h.Provider.Get(tc.Status.RequestID)
+	h.G.Expect(err).NotTo(HaveOccurred())
+	return req
+}
+
+// Approve approves a provider request, valid for validFor from now.
+func (h *Harness) Approve(id string, validFor time.Duration) {
+	h.T.Helper()
+	exp := time.Now().Add(validFor)
+	_, err := h.Provider.Decide(id, provider.StatusApproved, "The duplicate charge has been confirmed.", &exp)
+	h.G.Expect(err).NotTo(HaveOccurred())
+}
+
+// Jobs lists the Jobs in the harness namespace.
+func (h *Harness) Jobs() []batchv1.Job {
+	h.T.Helper()
+	list := &batchv1.JobList{}
+	h.G.Expect(h.K8s.List(context.Background(), list, client.InNamespace(h.NS))).To(Succeed())
+	return list.Items
+}
+
+// FinishJob plays the kubelet and the Job controller (envtest has neither): a Pod that terminated
+// with msg, then the Job's terminal conditions.
+func (h *Harness) FinishJob(jobName string, succeeded bool, msg string) {
+	h.T.Helper()
+	h.G.Expect(FinishJob(context.Background(), h.K8s, h.NS, jobName, succeeded, msg)).To(Succeed())
+}
+
+// ApproveAndFinish approves the ToolCall's request (valid for 5 minutes), then plays the kubelet for
+// its Job (see FinishJob). It returns the ToolCall as it was when Running.
+func (h *Harness) ApproveAndFinish(name string, succeeded bool, msg string) *tg.ToolCall {
+	h.T.Helper()
+	h.Approve(h.PendingRequest(name).ID, 5*time.Minute)
+	running := h.WaitPhase(name, tg.PhaseRunning)
+	h.FinishJob(running.Status.JobName, succeeded, msg)
+	return running
+}
+
+// FinishJob is Harness.FinishJob for callers without a harness (the benchmarks' simulated kubelet).
+func FinishJob(ctx context.Context, c client.Client, ns, jobName string, succeeded bool, msg string) error {
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: jobName}, job); err != nil {
+		return err
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: ns, Labels: job.Spec.Template.Labels},
+		Spec:       *job.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := c.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
+		// A repeated call (the first one failed later on): finish the Pod it created.
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	exit := int32(0)
+	pod.Status.Phase = corev1.PodSucceeded
+	if !succeeded {
+		exit = 1
+		pod.Status.Phase = corev1.PodFailed
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "tool", Image: "busybox:1.36",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Message: msg}},
+	}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return err
+	}
+
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	if succeeded {
+		job.Status.Succeeded = 1
+		job.Status.CompletionTime = &now
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+		}
+	}
+	return c.Status().Update(ctx, job)
+}
+
+// EventReasons returns the reasons of the events about a ToolCall.
+func (h *Harness) EventReasons(name string) []string {
+	h.T.Helper()
+	list := &eventsv1.EventList{}
+	h.G.Expect(h.K8s.List(context.Background(), list, client.InNamespace(h.NS))).To(Succeed())
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Regarding.Kind == "ToolCall" {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// MetricValue reads a counter, gauge or histogram sample count from the controller-runtime registry,
+// summed over the series whose labels include labels.
+func MetricValue(name string, labels map[string]string) float64 {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				total += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				total += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return total
+}
