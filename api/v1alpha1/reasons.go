@@ -66,3 +66,33 @@ const (
 	// AnnotationApprovalTimeout is the approval timeout requested from the provider.
 	AnnotationApprovalTimeout = "toolgate.dev/approval-timeout"
 )
+
+// Approval policies and version binding.
+const (
+	// ReasonPolicyDenied: a Deny rule of the Tool's spec.approval matched; the message names the rule.
+	ReasonPolicyDenied = "PolicyDenied"
+	// ReasonPolicyApproved: an Approve rule of the Tool's spec.approval matched; no human was asked.
+	ReasonPolicyApproved = "PolicyApproved"
+	// ReasonPolicyError: a rule could not be evaluated for this call; a human is asked instead.
+	ReasonPolicyError = "PolicyEvaluationFailed"
+	// ReasonInvalidApprovalRules: the Tool's spec.approval does not compile (Tool condition, and the
+	// reason its calls end Rejected).
+	ReasonInvalidApprovalRules = "InvalidApprovalRules"
+	// ReasonApprovalRulesCompiled: every rule of the Tool's spec.approval compiled (Tool condition).
+	ReasonApprovalRulesCompiled = "ApprovalRulesCompiled"
+	// ReasonToolChanged: the Tool was changed, or deleted and created again, after the ToolCall was
+	// accepted; the approval covers the accepted version only, so the call does not run.
+	ReasonToolChanged = "ToolChanged"
+)
+
+// ConditionApprovalRulesReady is the Tool condition that says whether its approval rules compiled.
+const ConditionApprovalRulesReady = "ApprovalRulesReady"
+
+// Annotations of the acceptance record that bind a ToolCall to the version of its Tool: the Job is
+// created only from the Tool with this UID at this generation.
+const (
+	// AnnotationToolUID is the UID of the Tool at acceptance.
+	AnnotationToolUID = "toolgate.dev/tool-uid"
+	// AnnotationToolGeneration is the Tool's metadata.generation at acceptance.
+	AnnotationToolGeneration = "toolgate.dev/tool-generation"
+)

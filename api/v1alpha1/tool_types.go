@@ -41,12 +41,98 @@ type ToolSpec struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +optional
 	ArgumentsSchema *apiextensionsv1.JSON `json:"argumentsSchema,omitempty"`
+
+	// approval decides, before any human is asked, whether a call is denied, approved by policy or
+	// put to a human. Without it (or when no rule matches) a human decides every call.
+	// +optional
+	Approval *ApprovalPolicy `json:"approval,omitempty"`
+
+	// mcpAnnotations are the MCP tool annotations the MCP gateway advertises for this tool. They are
+	// hints for clients and agents; they never change whether a call needs approval.
+	// +optional
+	MCPAnnotations *MCPToolAnnotations `json:"mcpAnnotations,omitempty"`
+}
+
+// ApprovalAction is what a matching approval rule does with a call.
+// +kubebuilder:validation:Enum=Deny;Approve;Require
+type ApprovalAction string
+
+const (
+	// ActionDeny ends the call Rejected without asking anyone.
+	ActionDeny ApprovalAction = "Deny"
+	// ActionApprove approves the call without asking a human; the rule is recorded as the decision's source.
+	ActionApprove ApprovalAction = "Approve"
+	// ActionRequire puts the call to a human through the approvals provider.
+	ActionRequire ApprovalAction = "Require"
+)
+
+// MaxApprovalRules is the largest number of rules one Tool may carry.
+const MaxApprovalRules = 32
+
+// ApprovalPolicy is an ordered list of rules. The first rule whose expression is true decides;
+// when none is, a human decides (Require).
+type ApprovalPolicy struct {
+	// rules are evaluated in order; the first whose expression evaluates to true decides.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Rules []ApprovalRule `json:"rules,omitempty"`
+}
+
+// ApprovalRule is one CEL rule over a call's arguments and its requester.
+type ApprovalRule struct {
+	// name identifies the rule in the ToolCall's status, its events and its messages.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +required
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to a bool. It sees `arguments` (the ToolCall's
+	// spec.arguments) and `requester` ({username, uid, groups}, empty when not recorded). There is
+	// no clock: a rule cannot depend on the time of day.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +required
+	Expression string `json:"expression"`
+
+	// action is what happens to a call this rule matches: Deny, Approve or Require.
+	// +required
+	Action ApprovalAction `json:"action"`
+}
+
+// MCPToolAnnotations are the MCP tool annotation hints a Tool declares.
+type MCPToolAnnotations struct {
+	// readOnlyHint: the tool does not modify its environment.
+	// +optional
+	ReadOnlyHint *bool `json:"readOnlyHint,omitempty"`
+	// destructiveHint: the tool may perform destructive updates (meaningful when not read-only).
+	// +optional
+	DestructiveHint *bool `json:"destructiveHint,omitempty"`
+	// idempotentHint: calling the tool again with the same arguments has no additional effect.
+	// +optional
+	IdempotentHint *bool `json:"idempotentHint,omitempty"`
+}
+
+// ToolStatus is written by the controller only.
+type ToolStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: ApprovalRulesReady.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=toolgate
 // +kubebuilder:printcolumn:name="Tool Name",type=string,JSONPath=`.spec.toolName`
 // +kubebuilder:printcolumn:name="Execution Timeout",type=string,JSONPath=`.spec.executionTimeout`,priority=1
+// +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.conditions[?(@.type=="ApprovalRulesReady")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // Tool tells Toolgate how to execute one tool in this namespace.
@@ -56,6 +142,9 @@ type Tool struct {
 
 	// +required
 	Spec ToolSpec `json:"spec"`
+
+	// +optional
+	Status ToolStatus `json:"status,omitempty"`
 }
 
 // +kubebuilder:object:root=true

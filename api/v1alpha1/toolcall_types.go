@@ -77,10 +77,27 @@ func (p ToolCallPhase) IsTerminal() bool {
 	return false
 }
 
-// Decision is the provider's decision on the approval request, as recorded by the controller.
+// Decision sources: who decided a ToolCall.
+const (
+	// DecisionSourceProvider: the approvals provider (a human, or its own expiry or cancellation).
+	DecisionSourceProvider = "Provider"
+	// DecisionSourcePolicy: a rule of the Tool's spec.approval; decision.rule names it.
+	DecisionSourcePolicy = "Policy"
+)
+
+// Decision is the decision on the call, as recorded by the controller: the provider's answer to the
+// approval request, or the Tool's approval rule that decided without asking a human.
 type Decision struct {
 	// status is the decision: approved, denied, expired or cancelled.
 	Status string `json:"status"`
+	// source is who decided: Provider (the approvals provider) or Policy (a rule of the Tool's
+	// spec.approval, named by rule). Empty means Provider.
+	// +kubebuilder:validation:Enum=Provider;Policy
+	// +optional
+	Source string `json:"source,omitempty"`
+	// rule is the name of the Tool's approval rule that decided, when source is Policy.
+	// +optional
+	Rule string `json:"rule,omitempty"`
 	// note is the approver's note.
 	// +optional
 	Note string `json:"note,omitempty"`
@@ -134,6 +151,7 @@ type ToolCallStatus struct {
 // +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.status`,priority=1
+// +kubebuilder:printcolumn:name="Rule",type=string,JSONPath=`.status.decision.rule`,priority=1
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -173,13 +174,13 @@ func TestCRDsAreEstablished(t *testing.T) {
 			name:         "toolcalls.toolgate.dev",
 			statusSubres: true,
 			columns: []column{
-				{"Tool", 0}, {"Phase", 0}, {"Decision", 1}, {"Job", 1}, {"Reason", 1}, {"Age", 0},
+				{"Tool", 0}, {"Phase", 0}, {"Decision", 1}, {"Rule", 1}, {"Job", 1}, {"Reason", 1}, {"Age", 0},
 			},
 		},
 		{
 			name:         "tools.toolgate.dev",
-			statusSubres: false,
-			columns:      []column{{"Tool Name", 0}, {"Execution Timeout", 1}, {"Age", 0}},
+			statusSubres: true,
+			columns:      []column{{"Tool Name", 0}, {"Execution Timeout", 1}, {"Rules", 1}, {"Age", 0}},
 		},
 	}
 	for _, tc := range cases {
@@ -695,5 +696,59 @@ func TestStatusIsNotWrittenThroughTheMainResource(t *testing.T) {
 
 		got.Status.Phase = "Finished"
 		expectRefused(g, k8s.Status().Update(ctx, got), "status.phase", "Unsupported value")
+	})
+}
+
+func TestApprovalRulesAreValidated(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	rule := func(name, expr, action string) map[string]any {
+		return map[string]any{"name": name, "expression": expr, "action": action}
+	}
+	withRules := func(name string, rules ...any) *unstructured.Unstructured {
+		u := validToolU(ns, name)
+		u.Object["spec"].(map[string]any)["approval"] = map[string]any{"rules": rules}
+		return u
+	}
+
+	t.Run("ordered rules with every action are accepted, hints too", func(t *testing.T) {
+		g := NewWithT(t)
+		u := withRules("rules-valid",
+			rule("never-prod", `arguments.name.startsWith("prod-")`, "Deny"),
+			rule("small-refunds", `arguments.amount < 5000`, "Approve"),
+			rule("everything-else", `true`, "Require"))
+		g.Expect(unstructured.SetNestedField(u.Object, true, "spec", "mcpAnnotations", "destructiveHint")).To(Succeed())
+		g.Expect(k8s.Create(ctx, u)).To(Succeed())
+		got := &tg.Tool{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(u), got)).To(Succeed())
+		g.Expect(got.Spec.Approval.Rules).To(HaveLen(3))
+		g.Expect(got.Spec.Approval.Rules[1]).To(Equal(tg.ApprovalRule{Name: "small-refunds", Expression: `arguments.amount < 5000`, Action: tg.ActionApprove}))
+		g.Expect(got.Spec.MCPAnnotations.DestructiveHint).To(Equal(ptr.To(true)))
+	})
+
+	cases := []struct {
+		name  string
+		rules []any
+		field string
+		text  string
+	}{
+		{"unknown action", []any{rule("a", "true", "Allow")}, "spec.approval.rules[0].action", `Unsupported value: "Allow"`},
+		{"name not a DNS label", []any{rule("Small Refunds", "true", "Approve")}, "spec.approval.rules[0].name", "should match"},
+		{"empty expression", []any{rule("a", "", "Approve")}, "spec.approval.rules[0].expression", "should be at least 1 chars long"},
+		{"duplicate names", []any{rule("a", "true", "Approve"), rule("a", "false", "Deny")}, "spec.approval.rules[1]", "Duplicate value"},
+		{"no action", []any{map[string]any{"name": "a", "expression": "true"}}, "spec.approval.rules[0].action", "Required value"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			expectRefused(NewWithT(t), k8s.Create(ctx, withRules(fmt.Sprintf("rules-%d", i), c.rules...)), c.field, c.text)
+		})
+	}
+
+	t.Run("at most 32 rules", func(t *testing.T) {
+		var rules []any
+		for i := range tg.MaxApprovalRules + 1 {
+			rules = append(rules, rule(fmt.Sprintf("r%d", i), "false", "Deny"))
+		}
+		expectRefused(NewWithT(t), k8s.Create(ctx, withRules("rules-too-many", rules...)), "spec.approval.rules", "must have at most 32 items")
 	})
 }

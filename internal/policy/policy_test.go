@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+func rules(rs ...tg.ApprovalRule) *tg.ApprovalPolicy { return &tg.ApprovalPolicy{Rules: rs} }
+
+func rule(name, expr string, action tg.ApprovalAction) tg.ApprovalRule {
+	return tg.ApprovalRule{Name: name, Expression: expr, Action: action}
+}
+
+// refunds is the worked example of docs/policies.md.
+var refunds = rules(
+	rule("no-other-currencies", `arguments.currency != "GBP"`, tg.ActionRequire),
+	rule("small-refunds", `arguments.amount < 5000`, tg.ActionApprove),
+)
+
+var deletes = rules(
+	rule("never-prod", `arguments.name.startsWith("prod-")`, tg.ActionDeny),
+	rule("ops-may-delete-staging", `arguments.name.startsWith("staging-") && "ops" in requester.groups`, tg.ActionApprove),
+)
+
+func TestEvaluate(t *testing.T) {
+	c, err := NewCompiler(DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := Requester{Username: "alice", UID: "u-1", Groups: []string{"ops", "system:authenticated"}}
+	for _, tc := range []struct {
+		name      string
+		policy    *tg.ApprovalPolicy
+		args      string
+		requester Requester
+		action    tg.ApprovalAction
+		rule      string
+		err       string // substring of Result.Err; "" for none
+	}{
+		{name: "no policy asks a human", policy: nil, args: `{"amount": 1}`, action: tg.ActionRequire},
+		{name: "no rules ask a human", policy: rules(), args: `{"amount": 1}`, action: tg.ActionRequire},
+		{name: "small refund approved by policy", policy: refunds, args: `{"payment_id": "p", "amount": 4900, "currency": "GBP"}`, action: tg.ActionApprove, rule: "small-refunds"},
+		{name: "large refund asks a human (no rule matches)", policy: refunds, args: `{"amount": 5000, "currency": "GBP"}`, action: tg.ActionRequire},
+		{name: "first match wins: a small refund in EUR asks a human", policy: refunds, args: `{"amount": 100, "currency": "EUR"}`, action: tg.ActionRequire, rule: "no-other-currencies"},
+		{name: "first match wins over a later Approve", policy: rules(
+			rule("deny-all", `true`, tg.ActionDeny), rule("approve-all", `true`, tg.ActionApprove)),
+			args: `{}`, action: tg.ActionDeny, rule: "deny-all"},
+		{name: "a false rule is skipped", policy: rules(
+			rule("never", `false`, tg.ActionDeny), rule("always", `true`, tg.ActionApprove)),
+			args: `{}`, action: tg.ActionApprove, rule: "always"},
+		{name: "a fractional amount compares with an int", policy: refunds, args: `{"amount": 4999.5, "currency": "GBP"}`, action: tg.ActionApprove, rule: "small-refunds"},
+		{name: "prod delete denied", policy: deletes, args: `{"name": "prod-db"}`, requester: ops, action: tg.ActionDeny, rule: "never-prod"},
+		{name: "staging delete by ops approved", policy: deletes, args: `{"name": "staging-db"}`, requester: ops, action: tg.ActionApprove, rule: "ops-may-delete-staging"},
+		{name: "staging delete by someone else asks a human", policy: deletes, args: `{"name": "staging-db"}`, requester: Requester{Username: "bob"}, action: tg.ActionRequire},
+		{name: "no recorded requester is empty, not an error", policy: deletes, args: `{"name": "staging-db"}`, action: tg.ActionRequire},
+		{name: "requester username", policy: rules(rule("alice", `requester.username == "alice" && requester.uid == "u-1"`, tg.ActionApprove)),
+			args: `{}`, requester: ops, action: tg.ActionApprove, rule: "alice"},
+
+		// Missing fields and wrong types stop the evaluation: a human decides, nothing is skipped.
+		{name: "missing field fails the rule, a later Approve is not reached", policy: rules(
+			rule("never-prod", `arguments.name.startsWith("prod-")`, tg.ActionDeny), rule("approve-all", `true`, tg.ActionApprove)),
+			args: `{"id": 7}`, action: tg.ActionRequire, err: "rule never-prod: no such key: name"},
+		{name: "missing field guarded with has()", policy: rules(
+			rule("never-prod", `has(arguments.name) && arguments.name.startsWith("prod-")`, tg.ActionDeny), rule("approve-all", `true`, tg.ActionApprove)),
+			args: `{"id": 7}`, action: tg.ActionApprove, rule: "approve-all"},
+		{name: "wrong type: amount is a string", policy: refunds, args: `{"amount": "4900", "currency": "GBP"}`, action: tg.ActionRequire, err: "rule small-refunds: no such overload"},
+		{name: "wrong type: name is a number", policy: deletes, args: `{"name": 42}`, action: tg.ActionRequire, err: "rule never-prod: no such overload"},
+		{name: "a dyn expression that is not a bool", policy: rules(rule("flag", `arguments.flag`, tg.ActionApprove)),
+			args: `{"flag": "yes"}`, action: tg.ActionRequire, err: "rule flag: expression evaluated to string, not a bool"},
+		{name: "a dyn expression that is a bool", policy: rules(rule("flag", `arguments.flag`, tg.ActionApprove)),
+			args: `{"flag": true}`, action: tg.ActionApprove, rule: "flag"},
+		{name: "arguments that are not an object", policy: refunds, args: `[1]`, action: tg.ActionRequire, err: "spec.arguments is not a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rs, err := c.Compile(tc.policy)
+			g.Expect(err).NotTo(HaveOccurred())
+			got := rs.Evaluate(Input{Arguments: []byte(tc.args), Requester: tc.requester})
+			if tc.err != "" {
+				g.Expect(got.Err).To(MatchError(ContainSubstring(tc.err)))
+				g.Expect(got.Action).To(Equal(tg.ActionRequire))
+				g.Expect(got.Rule).To(BeEmpty())
+				return
+			}
+			g.Expect(got.Err).NotTo(HaveOccurred())
+			g.Expect(got.Action).To(Equal(tc.action))
+			g.Expect(got.Rule).To(Equal(tc.rule))
+		})
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	c, err := NewCompiler(DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		policy *tg.ApprovalPolicy
+		want   []string // one problem per failing rule, in order
+	}{
+		{name: "syntax error", policy: rules(rule("bad", `arguments.amount <`, tg.ActionApprove)),
+			want: []string{"spec.approval.rules[0] (bad): expression does not compile: at 1:19: Syntax error"}},
+		{name: "undeclared variable", policy: rules(rule("ok", `true`, tg.ActionDeny), rule("clock", `now.getHours() < 18`, tg.ActionApprove)),
+			want: []string{"spec.approval.rules[1] (clock): expression does not compile: at 1:1: undeclared reference to 'now'"}},
+		{name: "not a bool", policy: rules(rule("amount", `arguments.amount + 1`, tg.ActionApprove)),
+			want: []string{"spec.approval.rules[0] (amount): expression evaluates to int; it must evaluate to a bool"}},
+		{name: "unknown action", policy: rules(rule("a", `true`, "Allow")),
+			want: []string{`spec.approval.rules[0] (a): action "Allow" is not one of Deny, Approve, Require`}},
+		{name: "duplicate name", policy: rules(rule("a", `true`, tg.ActionDeny), rule("a", `false`, tg.ActionDeny)),
+			want: []string{"spec.approval.rules[1] (a): name is used by an earlier rule"}},
+		{name: "every failing rule is reported", policy: rules(rule("x", `)`, tg.ActionDeny), rule("ok", `true`, tg.ActionDeny), rule("y", `1`, tg.ActionDeny)),
+			want: []string{"spec.approval.rules[0] (x): expression does not compile", "spec.approval.rules[2] (y): expression evaluates to int"}},
+		{name: "estimated cost over the limit", policy: rules(rule("quadratic",
+			`arguments.items.all(a, arguments.items.all(b, a == b || a != b))`, tg.ActionApprove)),
+			want: []string{"spec.approval.rules[0] (quadratic): expression's estimated worst-case cost"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rs, err := c.Compile(tc.policy)
+			g.Expect(rs).To(BeNil())
+			var ce *CompileError
+			g.Expect(errors.As(err, &ce)).To(BeTrue(), "a *CompileError, got %v", err)
+			g.Expect(ce.Problems).To(HaveLen(len(tc.want)))
+			for i, w := range tc.want {
+				g.Expect(ce.Problems[i]).To(ContainSubstring(w))
+			}
+		})
+	}
+}
+
+func TestCostLimits(t *testing.T) {
+	g := NewWithT(t)
+	// A linear rule over a large list compiles within the default limits...
+	linear := rules(rule("all-small", `arguments.items.all(i, i < 100)`, tg.ActionApprove))
+	c, err := NewCompiler(DefaultLimits())
+	g.Expect(err).NotTo(HaveOccurred())
+	rs, err := c.Compile(linear)
+	g.Expect(err).NotTo(HaveOccurred())
+	items := "[" + strings.Repeat("1,", 10000) + "1]"
+	g.Expect(rs.Evaluate(Input{Arguments: []byte(`{"items": ` + items + `}`)})).To(Equal(Result{Action: tg.ActionApprove, Rule: "all-small"}))
+
+	// ...and is stopped at evaluation when it costs more than one rule may.
+	small := DefaultLimits()
+	small.PerRuleCost = 1000
+	c, err = NewCompiler(small)
+	g.Expect(err).NotTo(HaveOccurred())
+	rs, err = c.Compile(rules(rule("all-small", `arguments.items.all(i, i < 100)`, tg.ActionApprove), rule("then", `true`, tg.ActionApprove)))
+	g.Expect(err).NotTo(HaveOccurred())
+	got := rs.Evaluate(Input{Arguments: []byte(`{"items": ` + items + `}`)})
+	g.Expect(got.Action).To(Equal(tg.ActionRequire))
+	g.Expect(got.Rule).To(BeEmpty())
+	g.Expect(got.Err).To(MatchError(ContainSubstring("rule all-small: operation cancelled: actual cost limit exceeded")))
+	// The same rule over a short list stays within the limit.
+	g.Expect(rs.Evaluate(Input{Arguments: []byte(`{"items": [1, 2, 3]}`)})).To(Equal(Result{Action: tg.ActionApprove, Rule: "all-small"}))
+
+	// The rules of one call share a budget.
+	shared := DefaultLimits()
+	shared.PerCallCost = 80000 // one rule over these items costs about 50000
+	c, err = NewCompiler(shared)
+	g.Expect(err).NotTo(HaveOccurred())
+	rs, err = c.Compile(rules(
+		rule("first", `arguments.items.all(i, i < 100) && false`, tg.ActionDeny),
+		rule("second", `arguments.items.all(i, i < 100) && false`, tg.ActionDeny),
+		rule("third", `true`, tg.ActionApprove)))
+	g.Expect(err).NotTo(HaveOccurred())
+	got = rs.Evaluate(Input{Arguments: []byte(`{"items": ` + items + `}`)})
+	g.Expect(got.Action).To(Equal(tg.ActionRequire))
+	g.Expect(got.Err).To(MatchError(ContainSubstring("rule second: the rules together exceeded the cost limit 80000")))
+}
