@@ -73,15 +73,17 @@ type Decision struct {
 
 // Request is an approval request as the provider returns it.
 type Request struct {
-	ID              string          `json:"id"`
-	Tool            string          `json:"tool"`
-	Arguments       json.RawMessage `json:"arguments"`
-	ArgumentsSHA256 string          `json:"arguments_sha256"`
-	Timeout         string          `json:"timeout"`
-	Status          string          `json:"status"`
-	CreatedAt       time.Time       `json:"created_at"`
-	DeadlineAt      time.Time       `json:"deadline_at"`
-	Decision        *Decision       `json:"decision,omitempty"`
+	ID        string          `json:"id"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// ArgumentsSHA256 is optional: the seed's wire format has no such field. The reference provider
+	// sends it; a response that carries it must carry the submitted arguments' hash.
+	ArgumentsSHA256 string    `json:"arguments_sha256,omitempty"`
+	Timeout         string    `json:"timeout"`
+	Status          string    `json:"status"`
+	CreatedAt       time.Time `json:"created_at"`
+	DeadlineAt      time.Time `json:"deadline_at"`
+	Decision        *Decision `json:"decision,omitempty"`
 }
 
 // Problem is an application/problem+json error body.
@@ -101,8 +103,12 @@ func ArgumentsSHA256(arguments []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("canonicalising arguments: %w", err)
 	}
-	sum := sha256.Sum256(canonical)
-	return hex.EncodeToString(sum[:]), nil
+	return sha256Hex(canonical), nil
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // FormatTimeout renders a duration the way the provider's timeout field expects it (e.g. 30m, 1h2m3s).

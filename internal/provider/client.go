@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gowebpki/jcs"
 )
 
 // Client is the provider API as the controller uses it. Every call is idempotent: Submit is keyed by
@@ -41,11 +43,11 @@ type Submission struct {
 
 // Ref returns what every response about this submission is checked against.
 func (s Submission) Ref() (Ref, error) {
-	sum, err := ArgumentsSHA256(s.Arguments)
+	canonical, err := jcs.Transform(s.Arguments)
 	if err != nil {
-		return Ref{}, err
+		return Ref{}, fmt.Errorf("canonicalising arguments: %w", err)
 	}
-	return Ref{Tool: s.Tool, ArgumentsSHA256: sum}, nil
+	return Ref{Tool: s.Tool, Arguments: string(canonical), ArgumentsSHA256: sha256Hex(canonical)}, nil
 }
 
 // Options configure an HTTPClient.
@@ -195,7 +197,16 @@ func (c *HTTPClient) Submit(ctx context.Context, s Submission) (*Request, error)
 	if err != nil {
 		return nil, &Error{Op: "submit", Code: CodeInvalidRequest, Err: err}
 	}
-	return c.do(ctx, &call{op: "submit", method: http.MethodPost, path: "/v1/requests", body: body, key: s.IdempotencyKey, ref: ref})
+	return c.do(ctx, &call{op: "submit", method: http.MethodPost, path: "/v1/requests", body: body, header: submitHeader(s), ref: ref})
+}
+
+// submitHeader is what a submission adds to the headers every request carries.
+func submitHeader(s Submission) http.Header {
+	h := http.Header{}
+	if s.IdempotencyKey != "" {
+		h.Set(HeaderIdempotencyKey, s.IdempotencyKey)
+	}
+	return h
 }
 
 // Wait implements Client.
@@ -207,17 +218,25 @@ func (c *HTTPClient) Wait(ctx context.Context, ref Ref, wait time.Duration) (*Re
 	return c.do(ctx, &call{op: "wait", method: http.MethodGet, path: path, ref: ref, timeout: wait + 10*time.Second})
 }
 
-// Cancel implements Client.
+// Cancel implements Client. A provider that answers 409 without the current request in the body has
+// decided the request meanwhile: Cancel reads it and returns it. A provider without the cancel
+// endpoint (404, 405 or 501 on it) gets an error for which CannotCancel is true.
 func (c *HTTPClient) Cancel(ctx context.Context, ref Ref) (*Request, error) {
-	return c.do(ctx, &call{op: "cancel", method: http.MethodPost, path: "/v1/requests/" + url.PathEscape(ref.ID) + "/cancel", ref: ref})
+	req, err := c.do(ctx, &call{op: "cancel", method: http.MethodPost, path: "/v1/requests/" + url.PathEscape(ref.ID) + "/cancel", ref: ref})
+	var pe *Error
+	if errors.As(err, &pe) && pe.StatusCode == http.StatusConflict && pe.Code == CodeAlreadyDecided {
+		return c.Wait(ctx, ref, 0)
+	}
+	return req, err
 }
 
 type call struct {
 	op, method, path string
 	body             []byte
-	key              string
-	ref              Ref
-	timeout          time.Duration
+	// header holds the call's own headers, added to the ones every request carries.
+	header  http.Header
+	ref     Ref
+	timeout time.Duration
 }
 
 // do runs a call with retries: full-jitter exponential backoff with Retry-After as a floor, until
@@ -337,7 +356,7 @@ func (c *HTTPClient) newRequest(ctx context.Context, cl *call, cred string) (*ht
 		cancel()
 		return nil, nil, &Error{Op: cl.op, Code: CodeInvalidRequest, Err: err}
 	}
-	if cl.body == nil && cl.key == "" {
+	if cl.body == nil && len(cl.header) == 0 {
 		hreq.Header = c.sharedReadHeader(cred)
 		return hreq, cancel, nil
 	}
@@ -345,8 +364,8 @@ func (c *HTTPClient) newRequest(ctx context.Context, cl *call, cred string) (*ht
 	if cl.body != nil {
 		hreq.Header.Set("Content-Type", ContentTypeJSON)
 	}
-	if cl.key != "" {
-		hreq.Header.Set(HeaderIdempotencyKey, cl.key)
+	for k, v := range cl.header {
+		hreq.Header[k] = v
 	}
 	return hreq, cancel, nil
 }
@@ -373,7 +392,7 @@ func (c *HTTPClient) answer(cl *call, hreq *http.Request, resp *http.Response, e
 		// status it carries, and retried as such.
 		ok := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
 		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes),
-			Retryable: !ok && retryableStatus(resp.StatusCode, ""), RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+			Retryable: !ok && retryableStatus(resp.StatusCode, codeForStatus(cl.op, resp.StatusCode)), RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	}
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
 		return c.trusted(cl, data, resp.StatusCode, cred)
@@ -402,21 +421,25 @@ func (c *HTTPClient) trusted(cl *call, data []byte, status int, cred string) (*R
 	return r, nil
 }
 
+// problem judges an error response. The status code decides; a problem+json code refines it where the
+// status alone is ambiguous (a 409). A body that is not problem+json (plain JSON, text, an HTML page,
+// nothing) is classified by the status code alone.
 func (c *HTTPClient) problem(cl *call, resp *http.Response, data []byte, cred string) (*Request, error) {
 	var p Problem
-	perr := json.Unmarshal(data, &p) // a non-problem body still yields a useful status-based error
-	code := p.Code
-	if code == "" {
-		code = CodeHTTPStatus
+	perr := json.Unmarshal(data, &p)
+	var syntax *json.SyntaxError
+	if errors.As(perr, &syntax) {
+		p = Problem{} // not JSON at all: the status alone
 	}
-	// Cancel of a request decided meanwhile: the body holds the current request.
-	if cl.op == "cancel" && resp.StatusCode == http.StatusConflict && code == CodeAlreadyDecided {
+	code := p.Code
+	if !knownCode(code) || unsupported(cl.op, resp.StatusCode) {
+		code = codeForStatus(cl.op, resp.StatusCode)
+	}
+	if cl.op == "cancel" && resp.StatusCode == http.StatusConflict && p.Code == CodeAlreadyDecided && (perr != nil || p.Request != nil) {
+		// Cancel of a request decided meanwhile: the body holds the current request. A body that says so
+		// but decodes only in part must not be acted on.
 		if perr != nil {
-			// A partly decoded request must not be acted on.
 			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: redact("already_decided response does not decode: "+perr.Error(), cred)}
-		}
-		if p.Request == nil {
-			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: "already_decided without the current request"}
 		}
 		if err := checkWellFormed(p.Request); err != nil {
 			return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeMalformed, Detail: redact(err.Error(), cred)}
@@ -434,10 +457,40 @@ func (c *HTTPClient) problem(cl *call, resp *http.Response, data []byte, cred st
 		detail = http.StatusText(resp.StatusCode)
 	}
 	return nil, &Error{
-		Op: cl.op, StatusCode: resp.StatusCode, Code: redact(code, cred), Detail: redact(detail, cred),
+		Op: cl.op, StatusCode: resp.StatusCode, Code: code, Detail: redact(detail, cred),
 		Retryable:  retryableStatus(resp.StatusCode, code),
 		RetryAfter: retryAfter(resp.Header.Get("Retry-After")),
 	}
+}
+
+// unsupported reports whether status says the provider does not offer the operation at all, whatever
+// the body says: the cancel endpoint is not in the seed's wire format.
+func unsupported(op string, status int) bool {
+	return op == "cancel" && (status == http.StatusMethodNotAllowed || status == http.StatusNotImplemented)
+}
+
+// codeForStatus is the code of an error response that names none the API defines.
+func codeForStatus(op string, status int) string {
+	switch {
+	case unsupported(op, status), op == "cancel" && status == http.StatusNotFound:
+		return CodeCancelUnsupported
+	case status == http.StatusBadRequest:
+		return CodeInvalidRequest
+	case status == http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case status == http.StatusNotFound:
+		return CodeNotFound
+	case status == http.StatusConflict && op == "submit":
+		// Submissions are idempotent: a conflict is the same key still being processed.
+		return CodeIdempotencyInFlight
+	case status == http.StatusConflict && op == "cancel":
+		return CodeAlreadyDecided
+	case status == http.StatusUnprocessableEntity && op == "submit":
+		return CodeIdempotencyKeyReused
+	case status == http.StatusTooManyRequests:
+		return CodeRateLimited
+	}
+	return CodeHTTPStatus
 }
 
 func retryAfter(v string) time.Duration {
@@ -465,13 +518,18 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// knownCode reports whether code is one the API or the client defines.
+func knownCode(code string) bool {
+	return metricCode(code) == code
+}
+
 // metricCode bounds the error codes used as metric labels to the ones the API and the client
 // define: a provider cannot create series at will.
 func metricCode(code string) string {
 	switch code {
 	case CodeInvalidRequest, CodeIdempotencyKeyMissing, CodeInvalidTimeout, CodeUnauthenticated, CodeNotFound,
 		CodeIdempotencyInFlight, CodeAlreadyDecided, CodeIdempotencyKeyReused, CodeRateLimited, CodeInternal,
-		CodeNetwork, CodeTimeout, CodeHTTPStatus, CodeMalformed, CodeTooLarge, CodeUntrusted:
+		CodeNetwork, CodeTimeout, CodeHTTPStatus, CodeMalformed, CodeTooLarge, CodeUntrusted, CodeCancelUnsupported:
 		return code
 	}
 	return "other"

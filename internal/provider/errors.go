@@ -14,6 +14,8 @@ const (
 	CodeMalformed  = "malformed_response"
 	CodeTooLarge   = "response_too_large"
 	CodeUntrusted  = "untrusted_response"
+	// CodeCancelUnsupported: the provider has no cancel endpoint (404, 405 or 501 on it).
+	CodeCancelUnsupported = "cancel_unsupported"
 )
 
 // Error is every error the client returns. Retryable says whether the same call may succeed if
@@ -77,9 +79,21 @@ func IsUntrusted(err error) bool {
 	return false
 }
 
-// retryableStatus reports whether an HTTP status (with its problem code) is worth repeating.
+// CannotCancel reports whether err means the provider cannot cancel the request: it offers no cancel
+// endpoint, or no longer knows the request. Nothing is pending there that a retry could cancel.
+func CannotCancel(err error) bool {
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Op != "cancel" {
+		return false
+	}
+	return pe.Code == CodeCancelUnsupported || pe.Code == CodeNotFound
+}
+
+// retryableStatus reports whether an HTTP status (with its code) is worth repeating.
 func retryableStatus(status int, code string) bool {
 	switch {
+	case code == CodeCancelUnsupported:
+		return false
 	case status == 408, status == 429, status >= 500:
 		return true
 	case status == 409:

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gowebpki/jcs"
+
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -137,52 +139,81 @@ func FuzzDecodeRequest(f *testing.F) {
 	})
 }
 
-// FuzzRefMatches: a response whose id (when one is known), tool or arguments hash differs from
-// the submitted one is refused, with a message naming the field; an identical one is accepted.
+// FuzzRefMatches: a response whose id (when one is known), tool or echoed arguments (in RFC 8785
+// canonical form) differ from the submitted ones, or whose arguments_sha256 (when present) is not the
+// submitted arguments' hash, is refused with a message naming the field; any other is accepted.
 func FuzzRefMatches(f *testing.F) {
-	sum := strings.Repeat("ab", 32)
-	f.Add("req-1", "issue_refund", sum, "req-1", "issue_refund", sum)
-	f.Add("", "issue_refund", sum, "req-1", "issue_refund", sum)
-	f.Add("req-1", "issue_refund", sum, "req-2", "issue_refund", sum)
-	f.Add("req-1", "issue_refund", sum, "REQ-1", "issue_refund", sum)
-	f.Add("req-1", "issue_refund", sum, "req-1 ", "issue_refund", sum)
-	f.Add("req-1", "issue_refund", sum, "", "issue_refund", sum)
-	f.Add("req-1", "issue_refund", sum, "req-1", "delete_account", sum)
-	f.Add("req-1", "issue_refund", sum, "req-1", "Issue_Refund", sum)
-	f.Add("req-1", "issue_refund", sum, "req-1", "", sum)
-	f.Add("req-1", "issue_refund", sum, "req-1", "issue_refund", strings.ToUpper(sum))
-	f.Add("req-1", "issue_refund", sum, "req-1", "issue_refund", "")
+	sum, err := provider.ArgumentsSHA256(arguments)
+	if err != nil {
+		f.Fatal(err)
+	}
+	args := string(arguments)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, sum)
+	f.Add("", "issue_refund", "req-1", "issue_refund", args, sum)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"currency":"GBP","amount":4900,"payment_id":"payment_123"}`, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4.9e3,"currency":"GBP"}`, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, sum)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","to":"x"}`, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":"4900","currency":"GBP"}`, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", ``, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `null`, sum)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123",`, "")
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, strings.ToUpper(sum))
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, strings.Repeat("0", 64))
+	f.Add("req-1", "issue_refund", "req-2", "issue_refund", args, sum)
+	f.Add("req-1", "issue_refund", "REQ-1", "issue_refund", args, "")
+	f.Add("req-1", "issue_refund", "", "issue_refund", args, "")
+	f.Add("req-1", "issue_refund", "req-1", "delete_account", args, "")
+	f.Add("req-1", "issue_refund", "req-1", "Issue_Refund", args, sum)
 	f.Add("", "", "", "", "", "")
-	f.Add("", "issue_refund", sum, "req-\xff", "issue_refund\x00", sum+"\n")
-	f.Fuzz(func(t *testing.T, refID, refTool, refSum, id, tool, sum string) {
-		ref := provider.Ref{ID: refID, Tool: refTool, ArgumentsSHA256: refSum}
-		r := &provider.Request{ID: id, Tool: tool, ArgumentsSHA256: sum, Status: provider.StatusApproved}
-		err := ref.Matches(r)
+	f.Add("", "issue_refund", "req-\xff", "issue_refund\x00", args, sum+"\n")
+	f.Fuzz(func(t *testing.T, refID, refTool, id, tool, echoed, echoedSum string) {
+		ref, err := provider.Submission{Tool: refTool, Arguments: arguments}.Ref()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref.ID = refID
+		r := &provider.Request{ID: id, Tool: tool, Arguments: json.RawMessage(echoed), ArgumentsSHA256: echoedSum, Status: provider.StatusApproved}
+		err = ref.Matches(r)
 
+		submitted, _ := jcs.Transform(arguments)
+		got, cerr := jcs.Transform([]byte(echoed))
 		var want string
 		switch {
 		case refID != "" && id != refID:
 			want = "is about request"
 		case tool != refTool:
 			want = "names tool"
-		case sum != refSum:
+		case cerr != nil || !bytes.Equal(got, submitted):
+			want = "arguments"
+		case echoedSum != "" && echoedSum != sum:
 			want = "arguments_sha256"
 		}
 		if want == "" {
 			if err != nil {
 				t.Fatalf("a response about the submitted request was refused: %v", err)
 			}
+			if r.Covers(arguments) != nil {
+				t.Fatalf("Covers refused the arguments Matches accepted: %v", r.Covers(arguments))
+			}
 			return
 		}
 		if err == nil {
-			t.Fatalf("a response with id %q tool %q hash %q was accepted for ref %+v", id, tool, sum, ref)
+			t.Fatalf("a response with id %q tool %q arguments %q hash %q was accepted for ref %+v", id, tool, echoed, echoedSum, ref)
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("the refusal %q does not name what differs (want %q)", err, want)
 		}
-		// Not knowing the id yet (a submission) never lets another tool or hash through.
-		if (tool != refTool || sum != refSum) && (provider.Ref{Tool: refTool, ArgumentsSHA256: refSum}).Matches(r) == nil {
-			t.Fatalf("without an id, tool %q hash %q was accepted for tool %q hash %q", tool, sum, refTool, refSum)
+		if want == "arguments" || want == "arguments_sha256" {
+			if r.Covers(arguments) == nil {
+				t.Fatalf("Covers accepted arguments %q hash %q that Matches refused", echoed, echoedSum)
+			}
+		}
+		// Not knowing the id yet (a submission) never lets another tool or other arguments through.
+		if want != "is about request" && (provider.Ref{Tool: refTool, Arguments: ref.Arguments, ArgumentsSHA256: ref.ArgumentsSHA256}).Matches(r) == nil {
+			t.Fatalf("without an id, tool %q arguments %q hash %q was accepted for tool %q", tool, echoed, echoedSum, refTool)
 		}
 	})
 }
@@ -272,7 +303,11 @@ func FuzzClientResponse(f *testing.F) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		ref := provider.Ref{ID: requestID, Tool: tool, ArgumentsSHA256: sum}
+		ref, rerr := submission("").Ref()
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		ref.ID = requestID
 		var req *provider.Request
 		var err error
 		switch op {
@@ -292,7 +327,8 @@ func FuzzClientResponse(f *testing.F) {
 			if !errors.As(err, &pe) {
 				t.Fatalf("%s returned an untyped error %T: %v", op, err, err)
 			}
-			if pe.Op != op {
+			// A cancel answered 409 without the current request reads it with a GET.
+			if pe.Op != op && !(op == "cancel" && status == http.StatusConflict && pe.Op == "wait") {
 				t.Fatalf("error names op %q, want %q", pe.Op, op)
 			}
 			if strings.Contains(err.Error(), credential) {
@@ -322,8 +358,11 @@ func FuzzClientResponse(f *testing.F) {
 		if werr := wellFormed(req); werr != nil {
 			t.Fatalf("%s returned a request that is not well formed: %v\nbody: %q", op, werr, body)
 		}
-		if req.Tool != tool || req.ArgumentsSHA256 != sum || (op != "submit" && req.ID != requestID) {
-			t.Fatalf("%s returned a request about something else: id %q tool %q hash %q\nbody: %q", op, req.ID, req.Tool, req.ArgumentsSHA256, body)
+		echoed, cerr := jcs.Transform(req.Arguments)
+		submitted, _ := jcs.Transform(arguments)
+		if req.Tool != tool || cerr != nil || !bytes.Equal(echoed, submitted) || (req.ArgumentsSHA256 != "" && req.ArgumentsSHA256 != sum) ||
+			(op != "submit" && req.ID != requestID) {
+			t.Fatalf("%s returned a request about something else: id %q tool %q arguments %s hash %q\nbody: %q", op, req.ID, req.Tool, req.Arguments, req.ArgumentsSHA256, body)
 		}
 		if !json.Valid(body) {
 			t.Fatalf("%s accepted a body that is not exactly one JSON document: %q", op, body)

@@ -114,8 +114,6 @@ func TestHostileResponses(t *testing.T) {
 		malformed("cancel: already_decided with a complete approval, then an unparsable created_at", opCancel, 409,
 			func(t *testing.T) []byte { return alreadyDecided(orderedApproval(t, `,"created_at":"garbage"`)) },
 			"already_decided response does not decode", `"garbage"`),
-		{name: "cancel: already_decided that is not JSON", op: opCancel, status: 409, body: raw(`{"code":"already_decided","request":`),
-			code: provider.CodeHTTPStatus, untrusted: false, detail: []string{"(HTTP 409)", "Conflict"}},
 
 		// Huge bodies.
 		tooLarge("submit: body larger than MaxBodyBytes", opSubmit, 201, huge),

@@ -7,13 +7,18 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/gowebpki/jcs"
 )
 
 // Ref identifies a submitted request and what was submitted, so every response about it can be
-// checked: a response whose id, tool or arguments hash differs is refused.
+// checked: a response whose id (once known), tool or echoed arguments differ is refused.
 type Ref struct {
-	ID              string
-	Tool            string
+	ID   string
+	Tool string
+	// Arguments is the RFC 8785 canonical JSON of the submitted arguments.
+	Arguments string
+	// ArgumentsSHA256 is the SHA-256 of Arguments, checked against a response that carries one.
 	ArgumentsSHA256 string
 }
 
@@ -84,8 +89,9 @@ func checkTimestamps(r *Request) error {
 	return errors.Join(errs...)
 }
 
-// Matches checks that a response is about the submitted request: same id (when known), tool and
-// arguments hash.
+// Matches checks that a response is about the submitted request: same id (when known), same tool,
+// and the same arguments echoed back (compared in RFC 8785 canonical form, byte for byte); a response
+// that also carries arguments_sha256 must carry the submitted arguments' hash.
 func (ref Ref) Matches(r *Request) error {
 	if ref.ID != "" && r.ID != ref.ID {
 		return fmt.Errorf("response is about request %q, not %q", r.ID, ref.ID)
@@ -93,8 +99,32 @@ func (ref Ref) Matches(r *Request) error {
 	if r.Tool != ref.Tool {
 		return fmt.Errorf("response names tool %q, not the submitted %q", r.Tool, ref.Tool)
 	}
-	if r.ArgumentsSHA256 != ref.ArgumentsSHA256 {
-		return fmt.Errorf("response arguments_sha256 %q differs from the submitted arguments' %q", r.ArgumentsSHA256, ref.ArgumentsSHA256)
+	return matchArguments(r, ref.Arguments, ref.ArgumentsSHA256)
+}
+
+// Covers checks that the request is about these arguments, by the rule Matches applies: its echoed
+// arguments equal them in RFC 8785 canonical form, and its arguments_sha256, when present, is theirs.
+func (r *Request) Covers(arguments []byte) error {
+	canonical, err := jcs.Transform(arguments)
+	if err != nil {
+		return fmt.Errorf("canonicalising arguments: %w", err)
+	}
+	return matchArguments(r, string(canonical), sha256Hex(canonical))
+}
+
+func matchArguments(r *Request, canonical, sum string) error {
+	if len(bytes.TrimSpace(r.Arguments)) == 0 || bytes.Equal(bytes.TrimSpace(r.Arguments), []byte("null")) {
+		return fmt.Errorf("response does not echo the submitted arguments")
+	}
+	got, err := jcs.Transform(r.Arguments)
+	if err != nil {
+		return fmt.Errorf("response arguments are not JSON: %w", err)
+	}
+	if canonical == "" || string(got) != canonical {
+		return fmt.Errorf("response arguments differ from the submitted arguments")
+	}
+	if r.ArgumentsSHA256 != "" && r.ArgumentsSHA256 != sum {
+		return fmt.Errorf("response arguments_sha256 %q differs from the submitted arguments' %q", r.ArgumentsSHA256, sum)
 	}
 	return nil
 }
