@@ -1,6 +1,6 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--tls-cert crt --tls-key key [--http2]]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--profile full|seed] [--tls-cert crt --tls-key key [--http2]]
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
 //	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
 package main
@@ -86,8 +86,13 @@ func serve(args []string) error {
 	minTimeout := fs.Duration("min-timeout", time.Second, "smallest timeout a submission may request")
 	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest timeout a submission may request")
 	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
+	profileName := fs.String("profile", string(reference.ProfileFull), "wire format of the provider API: full (arguments_sha256, problem+json errors, cancel endpoint) or seed (exactly the seed's HTTP example: its fields only, plain-text errors, no cancel endpoint)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	profile, err := reference.ParseProfile(*profileName)
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
@@ -114,6 +119,7 @@ func serve(args []string) error {
 		MaxTimeout:              *maxTimeout,
 		DefaultApprovalValidity: *validity,
 		HTTP2:                   *http2,
+		Profile:                 profile,
 		Logger:                  stdr.New(log.New(os.Stdout, "", log.LstdFlags|log.LUTC)),
 	})
 	if err != nil {

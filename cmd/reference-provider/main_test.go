@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net/http"
@@ -12,9 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
+	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/test/testcert"
 	th "toolgate.dev/toolgate/test/testharness"
 )
@@ -106,4 +109,60 @@ func writeKeyPair(t *testing.T, cert tls.Certificate) (certFile, keyFile string)
 	g.Expect(os.WriteFile(certFile, chain, 0o600)).To(Succeed())
 	g.Expect(os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)).To(Succeed())
 	return certFile, keyFile
+}
+
+// serve --profile seed speaks exactly the seed's wire format, and Toolgate's provider client works
+// against it: an approval and a denial are read back, and cancelling reports that the provider cannot.
+func TestServeSeedProfileWorksWithTheClient(t *testing.T) {
+	g := NewWithT(t)
+	bin := th.Binary(t, "./cmd/reference-provider")
+	credFile := writeCredential(t)
+	cmd := exec.Command(bin, "serve", "--profile", "seed", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "provider.db"),
+		"--credential-file", credFile)
+	stdout, err := cmd.StdoutPipe()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	base := servedURL(t, stdout)
+	c, err := provider.NewHTTPClient(provider.Options{BaseURL: base, CredentialFile: credFile, MaxAttempts: 3})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := t.Context()
+
+	for _, decision := range []string{"--approve", "--deny"} {
+		sub := provider.Submission{IdempotencyKey: "toolcall" + decision, Tool: "issue_refund",
+			Arguments: json.RawMessage(`{"payment_id": "payment_123", "amount": 4900, "currency": "GBP"}`), Timeout: 30 * time.Minute}
+		created, err := c.Submit(ctx, sub)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(created.Status).To(Equal(provider.StatusPending))
+		g.Expect(created.ArgumentsSHA256).To(BeEmpty(), "the seed's fields only")
+		replay, err := c.Submit(ctx, sub)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(replay.ID).To(Equal(created.ID))
+
+		g.Expect(run([]string{"decide", "--url", base, "--credential-file", credFile, "--id", created.ID, decision}, io.Discard)).To(Succeed())
+		ref, err := sub.Ref()
+		g.Expect(err).NotTo(HaveOccurred())
+		ref.ID = created.ID
+		decided, err := c.Wait(ctx, ref, 5*time.Second)
+		g.Expect(err).NotTo(HaveOccurred())
+		if decision == "--approve" {
+			g.Expect(decided.Status).To(Equal(provider.StatusApproved))
+			g.Expect(decided.Decision.ExpiresAt).NotTo(BeNil())
+			g.Expect(decided.Covers(sub.Arguments)).To(Succeed())
+		} else {
+			g.Expect(decided.Status).To(Equal(provider.StatusDenied))
+		}
+		_, err = c.Cancel(ctx, ref)
+		g.Expect(provider.CannotCancel(err)).To(BeTrue(), "%v", err)
+		g.Expect(provider.CodeOf(err)).To(Equal(provider.CodeCancelUnsupported))
+	}
+}
+
+func TestServeRefusesAnUnknownProfile(t *testing.T) {
+	g := NewWithT(t)
+	err := run([]string{"serve", "--profile", "strict", "--credential-file", writeCredential(t)}, io.Discard)
+	g.Expect(err).To(MatchError(ContainSubstring(`--profile: unknown provider profile "strict"`)))
 }

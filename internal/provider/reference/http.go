@@ -75,7 +75,11 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.Handle("POST /v1/requests", s.api(OpSubmit, s.handleSubmit))
 	mux.Handle("GET /v1/requests/{id}", s.api(OpGet, s.handleGet))
-	mux.Handle("POST /v1/requests/{id}/cancel", s.api(OpCancel, s.handleCancel))
+	apiPaths := []string{"/v1/requests", "/v1/requests/{id}"}
+	if s.opts.Profile != ProfileSeed {
+		mux.Handle("POST /v1/requests/{id}/cancel", s.api(OpCancel, s.handleCancel))
+		apiPaths = append(apiPaths, "/v1/requests/{id}/cancel")
+	}
 	mux.Handle("POST /admin/v1/requests/{id}/decide", s.adminAPI(s.handleDecide))
 	mux.Handle("GET /admin/v1/requests", s.adminAPI(s.handleList))
 	mux.Handle("GET /admin/v1/faults", s.adminAPI(s.handleFaultsGet))
@@ -83,14 +87,13 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.handleFaultsSet))
 	mux.Handle("DELETE /admin/v1/faults", s.adminAPI(s.handleFaultsClear))
 	mux.Handle("GET /admin/v1/stats", s.adminAPI(s.handleStats))
-	for _, path := range []string{"/v1/requests", "/v1/requests/{id}", "/v1/requests/{id}/cancel",
-		"/admin/v1/requests", "/admin/v1/requests/{id}/decide", "/admin/v1/faults", "/admin/v1/stats", "/healthz"} {
+	for _, path := range append(apiPaths, "/admin/v1/requests", "/admin/v1/requests/{id}/decide", "/admin/v1/faults", "/admin/v1/stats", "/healthz") {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			write(w, problem(http.StatusMethodNotAllowed, provider.CodeInvalidRequest, r.Method+" is not allowed here"))
+			write(w, s.shape(problem(http.StatusMethodNotAllowed, provider.CodeInvalidRequest, r.Method+" is not allowed here")))
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		write(w, problem(http.StatusNotFound, provider.CodeNotFound, "no such endpoint: "+r.URL.Path))
+		write(w, s.shape(problem(http.StatusNotFound, provider.CodeNotFound, "no such endpoint: "+r.URL.Path)))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(provider.HeaderRequestID, uuid.NewString())
@@ -105,7 +108,7 @@ func (s *Server) api(op Operation, h func(*call) reply) http.Handler {
 		s.stats.call(op)
 		respond := func(rp reply) {
 			s.stats.response(op, rp.status)
-			write(w, rp)
+			write(w, s.shape(rp))
 		}
 		if !authorised(r, s.credential) {
 			respond(unauthenticated())
@@ -200,6 +203,25 @@ func unauthenticated() reply {
 		with("WWW-Authenticate", "Bearer")
 }
 
+// plainText is an error body of the seed profile: text, not problem+json.
+type plainText string
+
+// shape renders a provider API reply in the server's profile. The seed profile sends the seed's
+// fields only, and errors as plain text.
+func (s *Server) shape(rp reply) reply {
+	if s.opts.Profile != ProfileSeed {
+		return rp
+	}
+	switch b := rp.body.(type) {
+	case provider.Request:
+		b.ArgumentsSHA256 = ""
+		rp.body = b
+	case provider.Problem:
+		rp.body = plainText(b.Detail)
+	}
+	return rp
+}
+
 // write sends a reply; a zero status sends nothing.
 func write(w http.ResponseWriter, rp reply) {
 	if rp.status == 0 {
@@ -207,6 +229,12 @@ func write(w http.ResponseWriter, rp reply) {
 	}
 	for k, v := range rp.header {
 		w.Header()[k] = v
+	}
+	if text, isText := rp.body.(plainText); isText {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(rp.status)
+		_, _ = io.WriteString(w, string(text)+"\n")
+		return
 	}
 	contentType := provider.ContentTypeJSON
 	if _, isProblem := rp.body.(provider.Problem); isProblem {
@@ -243,6 +271,8 @@ func (s *Server) handleSubmit(c *call) reply {
 			"this Idempotency-Key was used with a different tool, arguments or timeout")
 	case err != nil:
 		return s.failure(err)
+	case replayed && s.opts.Profile == ProfileSeed:
+		return success(http.StatusCreated, req) // answered as the creation was
 	case replayed:
 		return success(http.StatusOK, req).with(provider.HeaderIdempotentReplayed, "true")
 	}

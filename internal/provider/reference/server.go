@@ -48,6 +48,35 @@ type Options struct {
 	HTTP2 bool
 	// Logger receives one line per state change. The credentials are never logged. Default: discard.
 	Logger logr.Logger
+	// Profile is the wire format of the provider API: ProfileFull (the default) or ProfileSeed.
+	Profile Profile
+}
+
+// Profile is the wire format the provider API speaks.
+type Profile string
+
+const (
+	// ProfileFull is everything Toolgate's provider contract describes: responses carry
+	// arguments_sha256, errors are application/problem+json with a code, replays are answered 200 with
+	// Idempotent-Replayed: true, and POST /v1/requests/{id}/cancel cancels a pending request.
+	ProfileFull Profile = "full"
+	// ProfileSeed is exactly the seed's HTTP example and nothing more, as a provider written only from
+	// it would answer: responses carry the seed's fields only (no arguments_sha256), errors are plain
+	// text, a replay is answered as the creation was (201, no Idempotent-Replayed), and there is no
+	// cancel endpoint (POST /v1/requests/{id}/cancel answers 404). The admin API and the approval page
+	// are the same in both profiles.
+	ProfileSeed Profile = "seed"
+)
+
+// ParseProfile returns the profile a name designates ("" is ProfileFull).
+func ParseProfile(name string) (Profile, error) {
+	switch Profile(name) {
+	case "", ProfileFull:
+		return ProfileFull, nil
+	case ProfileSeed:
+		return ProfileSeed, nil
+	}
+	return "", fmt.Errorf("unknown provider profile %q: use %q or %q", name, ProfileFull, ProfileSeed)
 }
 
 func (o Options) withDefaults() Options {
@@ -65,6 +94,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AdminCredential == "" {
 		o.AdminCredential = o.Credential
+	}
+	if o.Profile == "" {
+		o.Profile = ProfileFull
 	}
 	return o
 }
@@ -102,6 +134,9 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("reference provider: a credential is required")
 	}
 	opts = opts.withDefaults()
+	if _, err := ParseProfile(string(opts.Profile)); err != nil {
+		return nil, fmt.Errorf("reference provider: %w", err)
+	}
 	if opts.MinTimeout > opts.MaxTimeout {
 		return nil, fmt.Errorf("reference provider: MinTimeout %v exceeds MaxTimeout %v", opts.MinTimeout, opts.MaxTimeout)
 	}
@@ -153,6 +188,9 @@ func removeAll(dir string) error {
 
 // Handler returns the HTTP handler of the provider and admin APIs and of the approval page.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Profile returns the wire format the provider API speaks.
+func (s *Server) Profile() Profile { return s.opts.Profile }
 
 // Faults returns the server's fault rules, to change at runtime.
 func (s *Server) Faults() *Faults { return s.faults }
