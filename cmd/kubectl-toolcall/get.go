@@ -139,7 +139,7 @@ func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.T
 		cols = append([]string{"NAMESPACE"}, cols...)
 	}
 	if wide {
-		cols = append(cols, "REASON", "MESSAGE")
+		cols = append(cols, "RULE", "REASON", "MESSAGE")
 	}
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	for _, tc := range items {
@@ -152,7 +152,11 @@ func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.T
 			row = append([]string{tc.Namespace}, row...)
 		}
 		if wide {
-			row = append(row, orNone(tc.Status.Reason), orNone(oneLine(tc.Status.Message)))
+			rule := ""
+			if tc.Status.Decision != nil {
+				rule = tc.Status.Decision.Rule
+			}
+			row = append(row, orNone(rule), orNone(tc.Status.Reason), orNone(oneLine(tc.Status.Message)))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -240,6 +244,7 @@ func describe(w io.Writer, tc *tg.ToolCall, at time.Time) {
 	field("Provider deadline", "%s", when(tc.Status.DeadlineAt))
 	if d := tc.Status.Decision; d != nil {
 		field("Decision", "%s", d.Status)
+		field("  Decided by", "%s", decidedBy(d))
 		field("  Note", "%s", orNone(d.Note))
 		field("  Decided at", "%s", when(d.DecidedAt))
 		if d.ExpiresAt != nil {
@@ -277,4 +282,12 @@ func describe(w io.Writer, tc *tg.ToolCall, at time.Time) {
 		fmt.Fprintf(ct, "  %s\t%s\t%s\t%s\t%s\n", cond.Type, cond.Status, cond.Reason, age(cond.LastTransitionTime, at), oneLine(cond.Message))
 	}
 	_ = ct.Flush()
+}
+
+// decidedBy says who decided: the approvals provider, or the Tool's approval rule.
+func decidedBy(d *tg.Decision) string {
+	if d.Source == tg.DecisionSourcePolicy {
+		return fmt.Sprintf("rule %s of the Tool's spec.approval (no human was asked)", d.Rule)
+	}
+	return "the approvals provider"
 }

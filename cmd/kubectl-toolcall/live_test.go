@@ -46,6 +46,15 @@ func TestLiveParts(t *testing.T) {
 			[]string{"Running", "30s left of the 2m waiting limit", "job refund-0a1b2c3d4e"}},
 		{"limit passed", liveToolCall(tg.PhaseRunning), t0.Add(3 * time.Minute),
 			[]string{"Running", "the 2m waiting limit has passed"}},
+		{"approved by a rule", liveToolCall(tg.PhaseRunning, func(tc *tg.ToolCall) {
+			tc.Status.JobName = "refund-0a1b2c3d4e"
+			tc.Status.Decision = &tg.Decision{Status: "approved", Source: tg.DecisionSourcePolicy, Rule: "small-gbp-refunds"}
+		}), t0.Add(90 * time.Second),
+			[]string{"Running", "30s left of the 2m waiting limit", "approved by rule small-gbp-refunds", "job refund-0a1b2c3d4e"}},
+		{"denied by a rule", liveToolCall(tg.PhaseRejected, func(tc *tg.ToolCall) {
+			tc.Status.Decision = &tg.Decision{Status: "denied", Source: tg.DecisionSourcePolicy, Rule: "never-prod"}
+		}), t0.Add(time.Second),
+			[]string{"Rejected", "denied by rule never-prod"}},
 		{"terminal", liveToolCall(tg.PhaseDenied, deadline, func(tc *tg.ToolCall) { tc.Status.Reason = tg.ReasonDenied }), t0.Add(10 * time.Second),
 			[]string{"Denied"}},
 	}
@@ -100,4 +109,28 @@ func TestLiveOnATerminalRedrawsOneLineAndErasesIt(t *testing.T) {
 	g.Expect(out).NotTo(ContainSubstring("\n"), "one line, rewritten in place")
 	g.Expect(out).NotTo(ContainSubstring("Succeeded"))
 	g.Expect(out).To(HaveSuffix("\r"+strings.Repeat(" ", len(awaiting))+"\r"), "erased at the end")
+}
+
+func TestWideTableAndDescribeShowTheRuleThatDecided(t *testing.T) {
+	g := NewWithT(t)
+	byRule := liveToolCall(tg.PhaseRunning, func(tc *tg.ToolCall) {
+		tc.Status.JobName = "refund-0a1b2c3d4e"
+		tc.Status.Reason = tg.ReasonJobCreated
+		tc.Status.Decision = &tg.Decision{Status: "approved", Source: tg.DecisionSourcePolicy, Rule: "small-gbp-refunds"}
+	})
+	byHuman := liveToolCall(tg.PhaseDenied, func(tc *tg.ToolCall) {
+		tc.Name = "refund-2"
+		tc.Status.Reason = tg.ReasonDenied
+		tc.Status.Decision = &tg.Decision{Status: "denied", Source: tg.DecisionSourceProvider}
+	})
+	var out bytes.Buffer
+	table(&out, []tg.ToolCall{*byRule, *byHuman}, false, true, t0.Add(time.Minute))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TOOL", "PHASE", "DECISION", "JOB", "AGE", "RULE", "REASON", "MESSAGE"}))
+	g.Expect(strings.Fields(lines[1])[:8]).To(Equal([]string{"refund", "issue_refund", "Running", "approved", "refund-0a1b2c3d4e", "60s", "small-gbp-refunds", "JobCreated"}))
+	g.Expect(strings.Fields(lines[2])[6]).To(Equal("<none>"))
+
+	g.Expect(decidedBy(byRule.Status.Decision)).To(Equal("rule small-gbp-refunds of the Tool's spec.approval (no human was asked)"))
+	g.Expect(decidedBy(byHuman.Status.Decision)).To(Equal("the approvals provider"))
+	g.Expect(decidedBy(&tg.Decision{Status: "approved"})).To(Equal("the approvals provider"), "an empty source is the provider")
 }

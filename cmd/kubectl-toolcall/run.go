@@ -353,6 +353,9 @@ func liveParts(tc *tg.ToolCall, now time.Time) []string {
 			parts = append(parts, fmt.Sprintf("provider deadline passed (%s)", d.Local().Format(time.TimeOnly)))
 		}
 	}
+	if d := tc.Status.Decision; d != nil && d.Source == tg.DecisionSourcePolicy {
+		parts = append(parts, d.Status+" by rule "+d.Rule)
+	}
 	if tc.Status.JobName != "" {
 		parts = append(parts, "job "+tc.Status.JobName)
 	}

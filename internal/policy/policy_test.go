@@ -173,3 +173,36 @@ func TestCostLimits(t *testing.T) {
 	g.Expect(got.Action).To(Equal(tg.ActionRequire))
 	g.Expect(got.Err).To(MatchError(ContainSubstring("rule second: the rules together exceeded the cost limit 80000")))
 }
+
+// docs/policies.md lists these functions as part of the environment.
+func TestDocumentedFunctionsEvaluate(t *testing.T) {
+	c, err := NewCompiler(DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := `{"name": "scratch-42", "items": [3, 1, 2], "tags": ["a", "b"], "url": "https://example.com/x", "mem": "1Gi", "addr": "10.0.0.1", "version": "1.2.3", "at": "2026-09-16T12:00:00Z"}`
+	for _, expr := range []string{
+		`arguments.name.startsWith("scratch-") && arguments.name.endsWith("42") && arguments.name.contains("ch")`,
+		`arguments.name.matches("^scratch-[0-9]+$") && arguments.name.lowerAscii() == arguments.name`,
+		`arguments.name.split("-").size() == 2 && arguments.name.replace("scratch", "s") == "s-42"`,
+		`"%s!".format([arguments.name]) == "scratch-42!"`,
+		`!arguments.items.isSorted() && arguments.items.sum() == 6 && arguments.items.min() == 1 && arguments.items.max() == 3`,
+		`arguments.items.indexOf(1) == 1 && arguments.items.slice(0, 1) == [3]`,
+		`sets.contains(arguments.tags, ["a"]) && sets.intersects(arguments.tags, ["b", "c"])`,
+		`arguments.?currency.orValue("GBP") == "GBP"`,
+		`arguments.items.all(i, v, v > 0 && i >= 0)`,
+		`url(arguments.url).getHost() == "example.com"`,
+		`quantity(arguments.mem).isGreaterThan(quantity("1Mi"))`,
+		`ip(arguments.addr).family() == 4 && cidr("10.0.0.0/8").containsIP(ip(arguments.addr))`,
+		`semver(arguments.version).isLessThan(semver("2.0.0"))`,
+		`!format.dns1123Label().validate(arguments.name).hasValue()`,
+		`timestamp(arguments.at) < timestamp("2027-01-01T00:00:00Z") && duration("1h") > duration("30m")`,
+	} {
+		t.Run(expr, func(t *testing.T) {
+			g := NewWithT(t)
+			rs, err := c.Compile(rules(rule("r", expr, tg.ActionApprove)))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(rs.Evaluate(Input{Arguments: []byte(args)})).To(Equal(Result{Action: tg.ActionApprove, Rule: "r"}))
+		})
+	}
+}
