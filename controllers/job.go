@@ -1,17 +1,153 @@
 package controllers
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
+
+// startJob starts the approved call: the Job's existence is the record that the tool ran, so an
+// existing Job is never re-created and its call is never reported as not run, and a new one is created
+// only if the approval is still valid at that instant. The create itself finds an existing Job
+// (AlreadyExists); the Job is looked up only before saying that the call did not run.
+func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+	name := JobName(tc)
+	job, stop, err := r.approvedJob(ctx, tc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if stop != nil {
+		started, err := r.jobExists(ctx, tc.Namespace, name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if started {
+			return r.markRunning(tc, name)
+		}
+		setPhase(tc, stop.phase, stop.reason, stop.message)
+		return ctrl.Result{}, nil
+	}
+	if err := r.crash(CrashBeforeJobCreate); err != nil {
+		return ctrl.Result{}, err
+	}
+	err = r.Create(ctx, job)
+	if cerr := r.crash(CrashAfterJobCreate); err == nil && cerr != nil {
+		return ctrl.Result{}, cerr
+	}
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return r.markRunning(tc, name)
+	case apierrors.IsInvalid(err):
+		setPhase(tc, tg.PhaseFailed, tg.ReasonJobRefused, fmt.Sprintf("The call was approved but the Job was refused by the cluster (%v). The call did not run.", apierrors.ReasonForError(err)))
+		return ctrl.Result{}, nil
+	default:
+		// Not created (or unknown): the next attempt checks again, and creating finds a Job that exists.
+		return ctrl.Result{}, fmt.Errorf("creating Job %s: %w", name, err)
+	}
+}
+
+// notStarted is the outcome of an approved call that must not start, unless its Job already exists.
+type notStarted struct {
+	phase           tg.ToolCallPhase
+	reason, message string
+}
+
+// approvedJob builds the Job for an approved call, or says why the call cannot start now: the Tool is
+// gone or invalid, the approval is no longer valid at this instant, or no time is left to run it.
+func (r *ToolCallReconciler) approvedJob(ctx context.Context, tc *tg.ToolCall) (*batchv1.Job, *notStarted, error) {
+	tool, rej, err := r.findTool(ctx, tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rej != nil {
+		return nil, &notStarted{tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: " + rej.message + " The call did not run."}, nil
+	}
+	w, _, err := r.submission(tc)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The Tool's limit holds whatever the ToolCall's metadata says.
+	w.ExecutionTimeout = min(w.ExecutionTimeout, executionTimeout(tool))
+	job := buildJob(tc, tool, r.Timing.ActiveDeadline(w, r.Clock.Now()))
+
+	// Immediately before the call starts: is the approval still valid, and is there still time?
+	now := r.Clock.Now()
+	expires := timeOf(tc.Status.Decision.ExpiresAt)
+	if !r.Timing.ApprovalUsable(now, expires) {
+		return nil, &notStarted{tg.PhaseExpired, tg.ReasonApprovalExpired, fmt.Sprintf("The approval expired at %s, before the call could start. The call did not run.", expires.UTC().Format(time.RFC3339))}, nil
+	}
+	if !now.Before(r.Timing.ApprovalLimit(w)) || *job.Spec.ActiveDeadlineSeconds < 1 {
+		return nil, &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool. The call did not run."}, nil
+	}
+	return job, nil, nil
+}
+
+// jobExists says whether the ToolCall's Job was created: from the cache if it holds the Job, else
+// from the apiserver (a cache that has not seen it yet proves nothing).
+func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name string) (bool, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if err := r.Get(ctx, key, &batchv1.Job{}); err == nil {
+		return true, nil
+	}
+	err := r.APIReader.Get(ctx, key, &batchv1.Job{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (r *ToolCallReconciler) markRunning(tc *tg.ToolCall, jobName string) (ctrl.Result, error) {
+	tc.Status.JobName = jobName
+	setPhase(tc, tg.PhaseRunning, tg.ReasonJobCreated, fmt.Sprintf("Approved; the tool is running as Job %s.", jobName))
+	return ctrl.Result{}, nil
+}
+
+// observeJob records the Job's outcome and its termination message.
+func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Status.JobName}
+	job := &batchv1.Job{}
+	if err := r.Get(ctx, key, job); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		if err := r.APIReader.Get(ctx, key, job); err != nil {
+			if apierrors.IsNotFound(err) {
+				setPhase(tc, tg.PhaseFailed, tg.ReasonJobMissing, fmt.Sprintf("Job %s was deleted before it finished; its outcome is unknown.", key.Name))
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	finished, succeeded := jobFinished(job)
+	if !finished {
+		return ctrl.Result{}, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
+		return ctrl.Result{}, err
+	}
+	tc.Status.Result = terminationMessage(pods.Items)
+	if succeeded {
+		setPhase(tc, tg.PhaseSucceeded, tg.ReasonJobSucceeded, "The tool ran and succeeded; status.result holds its output.")
+	} else {
+		setPhase(tc, tg.PhaseFailed, tg.ReasonJobFailed, "The tool ran and failed; status.result holds its last message.")
+	}
+	return ctrl.Result{}, nil
+}
 
 // JobName derives the Job's name from the ToolCall: its name (shortened) and a hash of its UID, so a
 // ToolCall has exactly one possible Job and a re-created ToolCall of the same name gets another.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"k8s.io/apimachinery/pkg/types"
@@ -190,4 +191,12 @@ func flattenValidation(ve *jsonschema.ValidationError) string {
 		return ve.Error()
 	}
 	return strings.Join(parts, "; ")
+}
+
+func executionTimeout(tool *tg.Tool) time.Duration {
+	if tool.Spec.ExecutionTimeout != nil && tool.Spec.ExecutionTimeout.Duration > 0 {
+		return tool.Spec.ExecutionTimeout.Duration
+	}
+	d, _ := time.ParseDuration(tg.DefaultExecutionTimeout)
+	return d
 }

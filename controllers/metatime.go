@@ -4,17 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
-
-func executionTimeout(tool *tg.Tool) time.Duration {
-	if tool.Spec.ExecutionTimeout != nil && tool.Spec.ExecutionTimeout.Duration > 0 {
-		return tool.Spec.ExecutionTimeout.Duration
-	}
-	d, _ := time.ParseDuration(tg.DefaultExecutionTimeout)
-	return d
-}
 
 func durationPtr(d *metav1.Duration) *time.Duration {
 	if d == nil {

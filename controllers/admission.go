@@ -1,0 +1,144 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// admit checks everything that can be checked before asking a human, then records acceptance: the
+// finalizer (so no request is ever left behind) and the Tool's executionTimeout (so the ToolCall's
+// timing and its request body stay fixed).
+func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejection, error) {
+	tool, rej, err := r.checkInput(ctx, tc)
+	if err != nil || rej != nil {
+		return rej, err
+	}
+	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: executionTimeout(tool)}
+	timeout := r.Timing.RequestedTimeout(w, durationPtr(tc.Spec.Timeout), r.Clock.Now())
+	if err := r.Timing.CheckFits(w, timeout, r.Clock.Now()); err != nil {
+		return &rejection{tg.ReasonTimeoutDoesNotFit, "spec.timeout: " + err.Error() + "."}, nil
+	}
+	// The Job the approval would start must be valid before anyone is asked to approve it. The
+	// template decides that, so the dry run runs once per Tool generation.
+	if !r.tools.templateChecked(tool) {
+		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
+		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+				return &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
+			}
+			return nil, err
+		}
+		r.tools.templatePassed(tool)
+	}
+	base := tc.DeepCopy()
+	controllerutil.AddFinalizer(tc, tg.Finalizer)
+	if tc.Annotations == nil {
+		tc.Annotations = map[string]string{}
+	}
+	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
+	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
+	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, err
+	}
+	r.written.wrote(tc)
+	return nil, nil
+}
+
+// checkInput finds the ToolCall's Tool and checks the arguments: their size and depth, then the Tool's
+// argumentsSchema. It returns the Tool only when every check passed.
+func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *rejection, error) {
+	tool, rej, err := r.findTool(ctx, tc)
+	if err != nil || rej != nil {
+		return nil, rej, err
+	}
+	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
+		return nil, rej, nil
+	}
+	if rej := r.tools.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
+		return nil, rej, nil
+	}
+	return tool, nil, nil
+}
+
+// checkAcceptance checks the acceptance record of a ToolCall that carries the finalizer, before its
+// request is submitted (again). It repeats every check of admit that does not depend on the instant
+// of admission, and requires the annotations to be values admit could have written: the Tool's
+// executionTimeout, and an approval timeout that is spec.timeout when set and fits the waiting limit
+// counted from creation. A genuine record passes, so a submission repeated after a crash is still the
+// same POST. The Job dry run is not repeated: it checks the Tool, not the ToolCall, it would add an
+// apiserver request to every repeated submission, and the Job is validated when it is created.
+func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*rejection, error) {
+	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
+	if rej != nil {
+		return rej, nil
+	}
+	timeout, rej := acceptedDuration(tc, tg.AnnotationApprovalTimeout)
+	if rej != nil {
+		return rej, nil
+	}
+	tool, rej, err := r.checkInput(ctx, tc)
+	if err != nil || rej != nil {
+		return rej, err
+	}
+	if want := executionTimeout(tool); exec != want {
+		return notAccepted(fmt.Sprintf("annotation %s is %s while Tool %s has executionTimeout %s (if the Tool was changed after the ToolCall was accepted, create the ToolCall again)",
+			tg.AnnotationExecutionTimeout, exec, tool.Name, want)), nil
+	}
+	if tc.Spec.Timeout != nil {
+		if want := tc.Spec.Timeout.Duration.Truncate(time.Second); timeout != want {
+			return notAccepted(fmt.Sprintf("annotation %s is %s while spec.timeout is %s", tg.AnnotationApprovalTimeout, timeout, want)), nil
+		}
+	}
+	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: exec}
+	if timeout != timeout.Truncate(time.Second) || r.Timing.CheckFits(w, timeout, w.Created) != nil {
+		most := max(r.Timing.ApprovalLimit(w).Sub(w.Created)-r.Timing.FinalStateMargin, 0).Truncate(time.Second)
+		return notAccepted(fmt.Sprintf("annotation %s is %s while the approval timeouts that fit this ToolCall's waiting limit are whole seconds from 1s to %s",
+			tg.AnnotationApprovalTimeout, timeout, most)), nil
+	}
+	return nil, nil
+}
+
+// acceptedDuration reads one annotation of the acceptance record.
+func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *rejection) {
+	v, ok := tc.Annotations[key]
+	if !ok {
+		return 0, notAccepted(fmt.Sprintf("annotation %s is missing (the controller writes it together with the finalizer)", key))
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, notAccepted(fmt.Sprintf("annotation %s is %q, not a duration", key, v))
+	}
+	return d, nil
+}
+
+// notAccepted is the rejection of an acceptance record this controller would not have written.
+func notAccepted(problem string) *rejection {
+	return &rejection{tg.ReasonAcceptanceRecordInvalid, fmt.Sprintf(
+		"The ToolCall carries the finalizer %s, which records that the controller accepted it, but %s. The controller does not submit or run a ToolCall on an acceptance record it did not write: create ToolCalls without toolgate.dev/ finalizers or annotations (the controller adds them). The call did not run.",
+		tg.Finalizer, problem)}
+}
+
+// findTool resolves spec.tool to the namespace's one Tool with that toolName.
+func (r *ToolCallReconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *rejection, error) {
+	tools := &tg.ToolList{}
+	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{toolNameField: tc.Spec.Tool}); err != nil {
+		return nil, nil, err
+	}
+	tool, rej := pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
+	if rej != nil {
+		// Rejection is final: confirm with a live read that the cache was not just behind (a Tool
+		// created a moment before the ToolCall).
+		if err := r.APIReader.List(ctx, tools, client.InNamespace(tc.Namespace)); err != nil {
+			return nil, nil, err
+		}
+		tool, rej = pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
+	}
+	return tool, rej, nil
+}
