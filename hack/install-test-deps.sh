@@ -1,9 +1,41 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond Go and make: Debian's Chromium at /usr/bin/chromium, which
-# the approval page's browser tests (internal/provider/reference/ui_test.go) drive headless. It does
-# nothing when Chromium is already there, so it is safe to run before every test run. Needs root
-# (apt-get) the first time.
+# Installs what the test suite needs beyond Go and make:
+#  - Debian's Chromium at /usr/bin/chromium, which the approval page's browser tests
+#    (internal/provider/reference/ui_test.go) drive headless. Needs root (apt-get) the first time.
+#  - the official TypeScript MCP SDK client, at the version pinned by test/mcpagent/ts/package-lock.json,
+#    into ${TOOLGATE_NPM_DIR:-~/.cache/toolgate/npm}/mcpagent (outside the checkout), which the MCP
+#    gateway's tests (internal/mcpgateway) run as an agent. Needs Node 20 or later and npm.
+# It does nothing for what is already installed, so it is safe to run before every test run.
 set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+install_mcp_sdk() {
+  local src="${root}/test/mcpagent/ts"
+  local dest="${TOOLGATE_NPM_DIR:-${HOME}/.cache/toolgate/npm}/mcpagent"
+  if [[ -d "${dest}/node_modules" ]] && cmp -s "${src}/package-lock.json" "${dest}/package-lock.json"; then
+    return 0
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "hack/install-test-deps.sh: npm is missing; install Node.js 20 or later with npm" \
+      "(apt-get install -y nodejs npm) to run the MCP gateway's TypeScript SDK tests" >&2
+    return 1
+  fi
+  echo "hack/install-test-deps.sh: installing the TypeScript MCP SDK into ${dest}" >&2
+  mkdir -p "${dest}"
+  cp "${src}/package.json" "${src}/package-lock.json" "${dest}/"
+  local log
+  log="$(mktemp)"
+  if ! (cd "${dest}" && npm ci --no-audit --no-fund --ignore-scripts) >"${log}" 2>&1; then
+    cat "${log}" >&2
+    rm -f "${log}" "${dest}/package-lock.json"
+    echo "hack/install-test-deps.sh: npm ci in ${dest} failed" >&2
+    return 1
+  fi
+  rm -f "${log}"
+}
+
+install_mcp_sdk
 
 if [[ -x /usr/bin/chromium ]]; then
   exit 0

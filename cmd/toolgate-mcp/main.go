@@ -42,6 +42,7 @@ func main() {
 	flag.DurationVar(&o.WaitingLimit, "waiting-limit", mcpgateway.DefaultWaitingLimit, "Each ToolCall's spec.waitingLimit, unless a call sets _meta "+mcpgateway.MetaWaitingLimit+".")
 	flag.DurationVar(&o.Timeout, "approval-timeout", 0, "Each ToolCall's spec.timeout (approval timeout); 0 lets the controller choose the largest that fits.")
 	flag.BoolVar(&o.Progress, "progress", true, "Send notifications/progress with the ToolCall's phase to clients that ask for progress.")
+	flag.DurationVar(&o.PingInterval, "ping-interval", mcpgateway.DefaultPingInterval, "How often a call in progress over HTTP pings its client; a client that is gone has its call abandoned within two intervals (negative: never ping).")
 	flag.DurationVar(&sessionTimeout, "session-timeout", 0, "Close HTTP sessions idle for this long (0: never).")
 	flag.StringVar(&logLevel, "log-level", "info", "Log level on stderr: debug, info, warn or error.")
 	flag.Parse()
@@ -63,6 +64,9 @@ func main() {
 	}
 	if o.WaitingLimit <= 0 {
 		fail(2, "--waiting-limit must be positive, e.g. 10m")
+	}
+	if o.PingInterval == 0 {
+		fail(2, "--ping-interval must be positive, e.g. 10s (or negative to turn pings off)")
 	}
 	if o.Timeout < 0 {
 		fail(2, "--approval-timeout must be 0 (the controller chooses) or positive, e.g. 5m")

@@ -47,6 +47,9 @@ const (
 	// DefaultWaitingLimit is how long a tools/call waits for approval and execution in total when
 	// neither Options.WaitingLimit nor the call's `_meta` says otherwise.
 	DefaultWaitingLimit = 10 * time.Minute
+	// DefaultPingInterval is how often a call in progress over HTTP checks that its client is still
+	// there when Options.PingInterval is zero.
+	DefaultPingInterval = 10 * time.Second
 )
 
 // Options configures a Gateway.
@@ -60,6 +63,12 @@ type Options struct {
 	// Progress sends notifications/progress with the ToolCall's phase while a call waits, to clients
 	// that asked for progress (a progressToken in the call's `_meta`).
 	Progress bool
+	// PingInterval is how often each tools/call in progress over streamable HTTP pings its client on
+	// the call's own response stream (MCP ping). A ping that cannot be delivered (the client's
+	// connection is gone), or that is not answered within PingInterval, abandons the call: a call
+	// whose client disappeared is abandoned within two intervals. Default DefaultPingInterval;
+	// negative turns the check off. stdio sessions end with their pipe and are not pinged.
+	PingInterval time.Duration
 	// Labels are added to every ToolCall the gateway creates, besides LabelVia=mcp.
 	Labels map[string]string
 	// Logger receives the gateway's own log lines. Default: slog.Default().
@@ -88,7 +97,7 @@ type Gateway struct {
 
 type inflightCall struct{ cancel context.CancelCauseFunc }
 
-// errSessionClosed is the cause with which a call is abandoned when its client closed the session.
+// The causes with which a call in progress is abandoned.
 var (
 	errSessionClosed = errors.New("the MCP client closed its session")
 	errGatewayClosed = errors.New("the MCP gateway is shutting down")
@@ -102,6 +111,9 @@ func New(c client.WithWatch, namespace string, o Options) *Gateway {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.PingInterval == 0 {
+		o.PingInterval = DefaultPingInterval
 	}
 	labels := map[string]string{LabelVia: "mcp"}
 	maps.Copy(labels, o.Labels)
@@ -361,6 +373,9 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			return errorResult(fmt.Sprintf("The call to %s did not run: the gateway is shutting down. Call it again once the gateway is back.", name), nil), nil
 		}
 		defer untrack()
+		if g.opts.PingInterval > 0 && req.Extra != nil && req.Extra.Header != nil {
+			go g.pingClient(ctx, req.Session, cancel)
+		}
 
 		o := toolcall.Options{Timeout: g.opts.Timeout, Labels: maps.Clone(g.opts.Labels)}
 		if token := req.Params.GetProgressToken(); g.opts.Progress && token != nil && req.Session != nil {
@@ -369,8 +384,8 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 
 		res, err := g.calls.Call(ctx, name, args, limit, o)
 		if ctx.Err() != nil {
-			// The client cancelled the request or closed its session: Call deleted the ToolCall,
-			// which cancels its approval request. Nobody is left to read a result.
+			// The client cancelled the request, closed its session or is gone: Call deleted the
+			// ToolCall, which cancels its approval request. Nobody is left to read a result.
 			var ab *toolcall.AbandonedError
 			if errors.As(err, &ab) && ab.DeleteErr != nil {
 				g.log.Error("abandoned call: its ToolCall could not be deleted", "toolCall", ab.Name, "error", ab.DeleteErr)
