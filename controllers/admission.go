@@ -33,7 +33,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 				return &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
 			}
-			return nil, err
+			return nil, fmt.Errorf("dry-running the Job of Tool %s: %w", tool.Name, err)
 		}
 		r.tools.templatePassed(tool)
 	}
@@ -45,7 +45,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("recording the acceptance (finalizer and annotations): %w", err)
 	}
 	r.written.wrote(tc)
 	return nil, nil
@@ -129,14 +129,14 @@ func notAccepted(problem string) *rejection {
 func (r *ToolCallReconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *rejection, error) {
 	tools := &tg.ToolList{}
 	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{toolNameField: tc.Spec.Tool}); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("listing the Tools of namespace %s from the cache: %w", tc.Namespace, err)
 	}
 	tool, rej := pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
 	if rej != nil {
 		// Rejection is final: confirm with a live read that the cache was not just behind (a Tool
 		// created a moment before the ToolCall).
 		if err := r.APIReader.List(ctx, tools, client.InNamespace(tc.Namespace)); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("listing the Tools of namespace %s: %w", tc.Namespace, err)
 		}
 		tool, rej = pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
 	}

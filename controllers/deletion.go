@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -72,7 +73,10 @@ func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCal
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, tg.Finalizer)
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing the finalizer: %w", err)
 	}
 	if tc.DeletionTimestamp.IsZero() {
 		r.written.wrote(tc)

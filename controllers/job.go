@@ -104,10 +104,14 @@ func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name stri
 		return true, nil
 	}
 	err := r.APIReader.Get(ctx, key, &batchv1.Job{})
-	if apierrors.IsNotFound(err) {
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
 		return false, nil
+	default:
+		return false, fmt.Errorf("reading Job %s: %w", name, err)
 	}
-	return err == nil, err
 }
 
 func (r *ToolCallReconciler) markRunning(tc *tg.ToolCall, jobName string) (ctrl.Result, error) {
@@ -122,14 +126,14 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 	job := &batchv1.Job{}
 	if err := r.Get(ctx, key, job); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, fmt.Errorf("reading Job %s from the cache: %w", key.Name, err)
 		}
 		if err := r.APIReader.Get(ctx, key, job); err != nil {
 			if apierrors.IsNotFound(err) {
 				setPhase(tc, tg.PhaseFailed, tg.ReasonJobMissing, fmt.Sprintf("Job %s was deleted before it finished; its outcome is unknown.", key.Name))
 				return ctrl.Result{}, nil
 			}
-			return ctrl.Result{}, err
+			return ctrl.Result{}, fmt.Errorf("reading Job %s: %w", key.Name, err)
 		}
 	}
 	finished, succeeded := jobFinished(job)
@@ -138,7 +142,7 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 	}
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("listing the Pods of Job %s: %w", key.Name, err)
 	}
 	tc.Status.Result = terminationMessage(pods.Items)
 	if succeeded {

@@ -70,6 +70,17 @@ type ToolCallReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
+//
+//	saved phase       step (file)                               next phases
+//	"", Pending       submit (approval.go): admit, or check     Pending (retry), Rejected, ApprovalUnavailable,
+//	                  the acceptance record (admission.go),     AwaitingApproval; a decision in the POST
+//	                  then POST the request                     response goes on as below
+//	AwaitingApproval  awaitDecision (approval.go): apply what   AwaitingApproval (keep waiting), Denied,
+//	                  the waiter saw (applyDecision), or give   Cancelled, ApprovalUnavailable; approved:
+//	                  up at the limit (giveUp)                  startJob (job.go): Running, Expired, Failed
+//	Running           observeJob (job.go)                       Succeeded, Failed
+//	terminal          removeFinalizer (deletion.go)             -
+//	(deleted)         reconcileDelete (deletion.go)             the ToolCall is gone
 func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tc := &tg.ToolCall{}
 	if err := r.Get(ctx, req.NamespacedName, tc); err != nil {
@@ -145,7 +156,10 @@ func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolC
 	}
 	base := tc.DeepCopy()
 	base.Status = orig.Status
-	return r.Status().Patch(ctx, tc, client.MergeFrom(base))
+	if err := r.Status().Patch(ctx, tc, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("writing the status (phase %s): %w", tc.Status.Phase, err)
+	}
+	return nil
 }
 
 // recordTransition emits an event and counts outcomes when the phase changed.
@@ -173,7 +187,7 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.Tool{}, toolNameField, func(o client.Object) []string {
 		return []string{o.(*tg.Tool).Spec.ToolName}
 	}); err != nil {
-		return err
+		return fmt.Errorf("indexing Tools by %s: %w", toolNameField, err)
 	}
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
