@@ -1,0 +1,193 @@
+package mcpgateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/pkg/toolcall"
+)
+
+// Calls: each tools/call becomes a ToolCall, followed to its outcome, and answered with the tool's
+// result or with a tool error the agent can read and act on.
+
+// handler runs one tools/call of the named tool as a ToolCall.
+func (g *Gateway) handler(name string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := json.RawMessage(req.Params.Arguments)
+		if t := strings.TrimSpace(string(args)); t == "" || t == "null" {
+			args = json.RawMessage(`{}`)
+		}
+		limit, err := waitingLimit(req.Params.Meta, g.opts.WaitingLimit)
+		if err != nil {
+			return errorResult(err.Error(), nil), nil
+		}
+
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		session := ""
+		if req.Session != nil {
+			session = req.Session.ID()
+		}
+		untrack, ok := g.track(session, cancel)
+		if !ok {
+			return errorResult(fmt.Sprintf("The call to %s did not run: the gateway is shutting down. Call it again once the gateway is back.", name), nil), nil
+		}
+		defer untrack()
+		if g.opts.PingInterval > 0 && req.Extra != nil && req.Extra.Header != nil {
+			go g.pingClient(ctx, req.Session, cancel)
+		}
+
+		o := toolcall.Options{Timeout: g.opts.Timeout, Labels: maps.Clone(g.opts.Labels)}
+		if token := req.Params.GetProgressToken(); g.opts.Progress && token != nil && req.Session != nil {
+			o.Progress = g.progress(ctx, req.Session, token)
+		}
+
+		res, err := g.calls.Call(ctx, name, args, limit, o)
+		if ctx.Err() != nil {
+			// The client cancelled the request, closed its session or is gone: Call deleted the
+			// ToolCall, which cancels its approval request. Nobody is left to read a result.
+			var ab *toolcall.AbandonedError
+			if errors.As(err, &ab) && ab.DeleteErr != nil {
+				g.log.Error("abandoned call: its ToolCall could not be deleted", "toolCall", ab.Name, "error", ab.DeleteErr)
+			}
+			return nil, context.Cause(ctx)
+		}
+		if err != nil {
+			return g.explain(name, res, err), nil
+		}
+		text := res.Output
+		if text == "" {
+			text = fmt.Sprintf("%s succeeded with no output.", name)
+		}
+		return &mcp.CallToolResult{
+			Meta:    g.meta(res.Name, tg.PhaseSucceeded),
+			Content: []mcp.Content{&mcp.TextContent{Text: text}},
+		}, nil
+	}
+}
+
+// waitingLimit reads MetaWaitingLimit from a call's _meta, or returns def.
+func waitingLimit(meta mcp.Meta, def time.Duration) (time.Duration, error) {
+	v, ok := meta[MetaWaitingLimit]
+	if !ok || v == nil {
+		return def, nil
+	}
+	var d time.Duration
+	switch v := v.(type) {
+	case string:
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			return 0, fmt.Errorf("_meta %q is %q, which is not a duration; use e.g. \"90s\" or \"30m\", or leave it out for the gateway's default (%s). The call did not run.", MetaWaitingLimit, v, def)
+		}
+	case float64:
+		d = time.Duration(v * float64(time.Second))
+	case int64:
+		d = time.Duration(v) * time.Second
+	case int:
+		d = time.Duration(v) * time.Second
+	case json.Number:
+		f, err := v.Float64()
+		if err != nil {
+			return 0, fmt.Errorf("_meta %q is %s, which is not a number of seconds. The call did not run.", MetaWaitingLimit, v)
+		}
+		d = time.Duration(f * float64(time.Second))
+	default:
+		return 0, fmt.Errorf("_meta %q must be a duration string such as \"30m\" or a number of seconds, not %T. The call did not run.", MetaWaitingLimit, v)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("_meta %q is %v; it must be positive, e.g. \"30m\". The call did not run.", MetaWaitingLimit, v)
+	}
+	return d, nil
+}
+
+// progress returns a toolcall progress callback that notifies the client once per new phase.
+func (g *Gateway) progress(ctx context.Context, ss *mcp.ServerSession, token any) func(*tg.ToolCall) {
+	var (
+		mu   sync.Mutex
+		last tg.ToolCallPhase
+		n    float64
+	)
+	return func(tc *tg.ToolCall) {
+		mu.Lock()
+		defer mu.Unlock()
+		phase := tc.Status.Phase
+		if phase == "" || phase == last {
+			return
+		}
+		last = phase
+		n++
+		msg := fmt.Sprintf("ToolCall %s: %s", tc.Name, phase)
+		switch phase {
+		case tg.PhasePending, tg.PhaseAwaitingApproval:
+			msg += ": waiting for a human to approve the call"
+		case tg.PhaseRunning:
+			msg += ": approved; the tool is running"
+		}
+		if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg}); err != nil {
+			g.log.Debug("progress notification not sent", "toolCall", tc.Name, "error", err)
+		}
+	}
+}
+
+// explain turns a Call error into a tool error result the agent can read and act on.
+func (g *Gateway) explain(tool string, res *toolcall.Result, err error) *mcp.CallToolResult {
+	var te *toolcall.Error
+	if !errors.As(err, &te) {
+		msg := fmt.Sprintf("The call to %s did not complete: %v", tool, err)
+		if apierrors.IsForbidden(err) {
+			msg += " (the gateway's identity needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace " + g.namespace + ": bind the ClusterRole of config/rbac/mcp_gateway_role.yaml there with a RoleBinding)"
+		}
+		return errorResult(msg, nil)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "The call to %s %s\n", tool, lead(err))
+	fmt.Fprintf(&b, "Phase: %s (reason: %s)\n", te.Phase, te.Reason)
+	if te.Message != "" {
+		fmt.Fprintf(&b, "Message: %s\n", te.Message)
+	}
+	if te.Note != "" {
+		fmt.Fprintf(&b, "Approver's note: %s\n", te.Note)
+	}
+	if res != nil && res.Output != "" {
+		fmt.Fprintf(&b, "Output: %s\n", res.Output)
+	}
+	fmt.Fprintf(&b, "ToolCall: %s/%s", g.namespace, te.Name)
+	return errorResult(b.String(), g.meta(te.Name, tg.ToolCallPhase(te.Phase)))
+}
+
+// lead is the first sentence of an explanation, by outcome.
+func lead(err error) string {
+	switch {
+	case errors.Is(err, toolcall.ErrDenied):
+		return "did not run: a human denied it."
+	case errors.Is(err, toolcall.ErrRejected):
+		return "did not run: it was rejected before any human was asked. Fix what the message below says and call again."
+	case errors.Is(err, toolcall.ErrExpired):
+		return "did not run: it was approved, but the approval had expired before the tool could start. You may call it again."
+	case errors.Is(err, toolcall.ErrApprovalUnavailable):
+		return "did not run: no approval could be obtained in time. This is not a denial; you may call it again later."
+	case errors.Is(err, toolcall.ErrCancelled):
+		return "did not run: its approval request was cancelled."
+	case errors.Is(err, toolcall.ErrFailed):
+		return "ran and failed."
+	}
+	return "did not complete."
+}
+
+func errorResult(text string, meta mcp.Meta) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Meta: meta, IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+func (g *Gateway) meta(toolCall string, phase tg.ToolCallPhase) mcp.Meta {
+	return mcp.Meta{MetaToolCall: toolCall, MetaNamespace: g.namespace, MetaPhase: string(phase)}
+}

@@ -1,0 +1,93 @@
+package mcpgateway
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Sessions: the calls in progress of each session, so that they are abandoned (their ToolCalls
+// deleted) when the session ends or the gateway closes.
+
+// HTTPHandler serves the gateway over MCP's streamable HTTP transport, one stateful session per
+// client. When a client ends its session (HTTP DELETE), its calls still waiting are abandoned: their
+// ToolCalls are deleted, which cancels their approval requests.
+func (g *Gateway) HTTPHandler(opts *mcp.StreamableHTTPOptions) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+				g.abandonSession(id)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// track records a call in progress for its session and returns the function that forgets it, or
+// false once the gateway is closed.
+func (g *Gateway) track(session string, cancel context.CancelCauseFunc) (func(), bool) {
+	call := &inflightCall{cancel: cancel}
+	g.inflightMu.Lock()
+	defer g.inflightMu.Unlock()
+	if g.closed {
+		return nil, false
+	}
+	g.running.Add(1)
+	if g.inflight[session] == nil {
+		g.inflight[session] = map[*inflightCall]struct{}{}
+	}
+	g.inflight[session][call] = struct{}{}
+	return func() {
+		g.inflightMu.Lock()
+		delete(g.inflight[session], call)
+		if len(g.inflight[session]) == 0 {
+			delete(g.inflight, session)
+		}
+		g.inflightMu.Unlock()
+		g.running.Done()
+	}, true
+}
+
+// abandonSession cancels the calls in progress of a session that is ending.
+func (g *Gateway) abandonSession(session string) {
+	g.inflightMu.Lock()
+	calls := slices.Collect(maps.Keys(g.inflight[session]))
+	g.inflightMu.Unlock()
+	for _, c := range calls {
+		c.cancel(errSessionClosed)
+	}
+}
+
+// Close abandons every call in progress, as if each client had cancelled it: their ToolCalls are
+// deleted, which cancels their approval requests, so no tool runs for a caller that is gone. Calls
+// that arrive afterwards are refused. Close waits until the abandoned calls have returned, or until
+// ctx ends. Call it before stopping the transports: the SDK closes a session only once its requests
+// have returned.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.inflightMu.Lock()
+	g.closed = true
+	var calls []*inflightCall
+	for _, session := range g.inflight {
+		calls = slices.AppendSeq(calls, maps.Keys(session))
+	}
+	g.inflightMu.Unlock()
+	for _, c := range calls {
+		c.cancel(errGatewayClosed)
+	}
+	done := make(chan struct{})
+	go func() {
+		g.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%d abandoned calls had not returned: %w", len(calls), ctx.Err())
+	}
+}
