@@ -39,6 +39,26 @@ type ToolCallSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="timeout must be a duration of at least 1s such as 90s, 30m or 1h30m"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// requester is who created the ToolCall, as the apiserver authenticated them. It is written at
+	// creation by the MutatingAdmissionPolicy that config/admission ships (any value the client sends
+	// is overwritten) and, like the rest of spec, never changes afterwards. Absent when the ToolCall
+	// was created on a cluster without that policy.
+	// +optional
+	Requester *Requester `json:"requester,omitempty"`
+}
+
+// Requester is the authenticated identity that created a ToolCall (the admission request's userInfo).
+// Its fields are always written together and never omitted, so that a client which reads the ToolCall
+// and writes it back sends the same value.
+type Requester struct {
+	// username is the user's name, e.g. system:serviceaccount:payments:refund-agent.
+	Username string `json:"username"`
+	// uid is the user's uid when the authenticator provides one (ServiceAccount tokens do), else empty.
+	UID string `json:"uid"`
+	// groups are the user's groups.
+	// +listType=atomic
+	Groups []string `json:"groups"`
 }
 
 // ToolCallPhase is where a ToolCall is in its life.
@@ -154,6 +174,7 @@ type ToolCallStatus struct {
 // +kubebuilder:printcolumn:name="Rule",type=string,JSONPath=`.status.decision.rule`,priority=1
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requester.username`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ToolCall asks for a tool to be run once a human approved it.
@@ -166,7 +187,7 @@ type ToolCall struct {
 	// the spec and must still be able to update metadata. A field added to ToolCallSpec must be added
 	// to this rule too.
 
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf || (self.tool == oldSelf.tool && self.arguments == oldSelf.arguments && self.waitingLimit.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.waitingLimit) == duration(oldSelf.waitingLimit) && has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || (self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.timeout) == duration(oldSelf.timeout))))",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || (self.tool == oldSelf.tool && self.arguments == oldSelf.arguments && self.waitingLimit.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.waitingLimit) == duration(oldSelf.waitingLimit) && has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || (self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.timeout) == duration(oldSelf.timeout))) && has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester))",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
 	// +required
 	Spec ToolCallSpec `json:"spec"`
 

@@ -145,6 +145,14 @@ func validToolU(ns, name string) *unstructured.Unstructured {
 	}}
 }
 
+// createdU reads a ToolCall back as JSON, as stored.
+func createdU(g Gomega, tc *tg.ToolCall) map[string]any {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(tg.GroupVersion.WithKind("ToolCall"))
+	g.ExpectWithOffset(1, k8s.Get(context.Background(), client.ObjectKeyFromObject(tc), u)).To(Succeed())
+	return u.Object
+}
+
 // expectRefused asserts that err is the apiserver refusing the object as Invalid, that one of the
 // causes names field, and that the message a person reads names the field and says text.
 func expectRefused(g Gomega, err error, field, text string) {
@@ -174,7 +182,7 @@ func TestCRDsAreEstablished(t *testing.T) {
 			name:         "toolcalls.toolgate.dev",
 			statusSubres: true,
 			columns: []column{
-				{"Tool", 0}, {"Phase", 0}, {"Decision", 1}, {"Rule", 1}, {"Job", 1}, {"Reason", 1}, {"Age", 0},
+				{"Tool", 0}, {"Phase", 0}, {"Decision", 1}, {"Rule", 1}, {"Job", 1}, {"Reason", 1}, {"Requester", 1}, {"Age", 0},
 			},
 		},
 		{
@@ -236,12 +244,13 @@ func TestCRDsAreEstablished(t *testing.T) {
 			}
 		}
 		g.Expect(normal).To(Equal([]string{"Tool", "Phase", "Age"}))
-		g.Expect(wide).To(ContainElements("Decision", "Job"))
+		g.Expect(wide).To(ContainElements("Decision", "Job", "Requester"))
 		g.Expect(paths).To(HaveKeyWithValue("Tool", ".spec.tool"))
 		g.Expect(paths).To(HaveKeyWithValue("Phase", ".status.phase"))
 		g.Expect(paths).To(HaveKeyWithValue("Age", ".metadata.creationTimestamp"))
 		g.Expect(paths).To(HaveKeyWithValue("Decision", ".status.decision.status"))
 		g.Expect(paths).To(HaveKeyWithValue("Job", ".status.jobName"))
+		g.Expect(paths).To(HaveKeyWithValue("Requester", ".spec.requester.username"))
 	})
 }
 
@@ -425,6 +434,10 @@ func TestToolCallSpecIsImmutable(t *testing.T) {
 
 				u := validToolCallU(ns, created.Name)
 				u.SetResourceVersion(created.ResourceVersion)
+				// The requester the admission policy recorded is part of the spec: sent back as read.
+				requester, _, _ := unstructured.NestedFieldCopy(createdU(g, created), "spec", "requester")
+				g.Expect(requester).NotTo(BeNil())
+				g.Expect(unstructured.SetNestedField(u.Object, requester, "spec", "requester")).To(Succeed())
 				u.SetLabels(map[string]string{"respelled": "yes"})
 				g.Expect(unstructured.SetNestedField(u.Object, c.waitingLimit, "spec", "waitingLimit")).To(Succeed())
 				if c.timeout == nil {

@@ -1,5 +1,9 @@
 // Package rbactest_test proves that the RBAC shipped in config/rbac is least privilege.
 //
+// A permission limited to some objects is written "verb resource.group named NAME": the verb "call" on
+// tools, which the admission policy in config/admission checks before a ToolCall for that tool is
+// created, is only ever granted for named tools.
+//
 // TestRolesStayWithinTheirAllowLists reads every Role and ClusterRole that config/rbac deploys and
 // fails when one grants a permission that is not in allowedPermissions below, or uses a wildcard:
 // widening a role (or a +kubebuilder:rbac marker, which regenerates config/rbac/role.yaml) must come
@@ -8,7 +12,8 @@
 // TestRolesOnARealAPIServer deploys the same manifests, named as config/default names them, to a
 // real kube-apiserver (envtest, which authorizes with RBAC) and makes real requests as each identity:
 // an agent's ServiceAccount, a viewer, a tool admin and the manager's ServiceAccount. Every refusal
-// must be the RBAC authorizer's own (403 Forbidden naming that user, verb and resource).
+// must be the RBAC authorizer's own (403 Forbidden naming that user, verb and resource), or, for the
+// verb "call" on a tool, the admission policy's (403 naming the user and the tool).
 package rbactest_test
 
 import (
@@ -94,8 +99,11 @@ var allowedPermissions = map[string]map[string]string{
 	"metrics-reader": {
 		"get /metrics": "scrapes the manager's metrics",
 	},
+	"call-issue-refund": {
+		"call tools.toolgate.dev named issue_refund": "the example grant of one tool (the sample Tool's toolName)",
+	},
 	"toolcall-agent": {
-		"create toolcalls.toolgate.dev": "submits a call",
+		"create toolcalls.toolgate.dev": "submits a call (for the tools it may call)",
 		"get toolcalls.toolgate.dev":    "reads its outcome (the status arrives with the object)",
 		"list toolcalls.toolgate.dev":   "lists and watches (kubectl get -w, informers)",
 		"watch toolcalls.toolgate.dev":  "waits for the outcome",
@@ -187,6 +195,10 @@ func TestRolesStayWithinTheirAllowLists(t *testing.T) {
 				false, []string{`grants "get /healthz"`}},
 			{"an aggregation rule", rbacv1.PolicyRule{APIGroups: []string{"toolgate.dev"}, Resources: []string{"toolcalls"}, Verbs: []string{"get"}},
 				true, []string{"aggregationRule"}},
+			{"calling every tool", rbacv1.PolicyRule{APIGroups: []string{"toolgate.dev"}, Resources: []string{"tools"}, Verbs: []string{"call"}},
+				false, []string{`grants "call tools.toolgate.dev"`, `calls every tool: name the tools it may call in resourceNames`}},
+			{"calling another tool", rbacv1.PolicyRule{APIGroups: []string{"toolgate.dev"}, Resources: []string{"tools"}, Verbs: []string{"call"}, ResourceNames: []string{"restart_pod"}},
+				false, []string{`grants "call tools.toolgate.dev named restart_pod"`}},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -230,6 +242,9 @@ func roleProblems(r role) []string {
 				}
 			}
 		}
+		if slices.Contains(rule.Verbs, "call") && len(rule.ResourceNames) == 0 {
+			out = append(out, fmt.Sprintf("%s calls every tool: name the tools it may call in resourceNames", where))
+		}
 		var extra []string
 		for _, p := range permissions(rule) {
 			if _, ok := allowed[p]; !ok {
@@ -244,7 +259,8 @@ func roleProblems(r role) []string {
 	return out
 }
 
-// permissions expands a rule into "verb resource.group[/subresource]" and "verb /path" entries.
+// permissions expands a rule into "verb resource.group[/subresource]" entries ("... named NAME" for
+// each of its resourceNames) and "verb /path" entries.
 func permissions(rule rbacv1.PolicyRule) []string {
 	var out []string
 	for _, verb := range rule.Verbs {
@@ -253,7 +269,12 @@ func permissions(rule rbacv1.PolicyRule) []string {
 		}
 		for _, group := range rule.APIGroups {
 			for _, res := range rule.Resources {
-				out = append(out, verb+" "+qualified(res, group))
+				if len(rule.ResourceNames) == 0 {
+					out = append(out, verb+" "+qualified(res, group))
+				}
+				for _, name := range rule.ResourceNames {
+					out = append(out, verb+" "+qualified(res, group)+" named "+name)
+				}
 			}
 		}
 	}
@@ -539,10 +560,16 @@ type access struct {
 	verb     string
 	group    string
 	resource string // with its subresource, as RBAC sees it: toolcalls/status
+	name     string // the resourceName the verb is checked on, where it is one object: the tool of "call"
 	ns       string // empty for cluster-scoped resources
 	allowed  bool
 	do       func(f *fixture, c client.WithWatch) error
 	what     string // what the request changes, where the verb alone does not say
+}
+
+func (a access) named(name string) access {
+	a.name = name
+	return a
 }
 
 func (a access) changing(what string) access {
@@ -563,13 +590,26 @@ func (a access) String() string {
 	if a.what != "" {
 		what = " (" + a.what + ")"
 	}
-	return fmt.Sprintf("%s %s %s%s in %s %s", a.who, a.verb, qualified(a.resource, a.group), what, where, outcome)
+	named := ""
+	if a.name != "" {
+		named = " named " + a.name
+	}
+	return fmt.Sprintf("%s %s %s%s%s in %s %s", a.who, a.verb, qualified(a.resource, a.group), named, what, where, outcome)
 }
 
 // The requests. Each makes its own fixtures, then makes exactly one request as the subject.
 
 func createToolCall(ns string) func(*fixture, client.WithWatch) error {
 	return func(f *fixture, c client.WithWatch) error { return c.Create(f.ctx, f.toolCallObject(ns)) }
+}
+
+// callTool creates a ToolCall for tool: what the verb "call" on that tool allows.
+func callTool(ns, tool string) func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		tc := f.toolCallObject(ns)
+		tc.Spec.Tool = tool
+		return c.Create(f.ctx, tc)
+	}
 }
 
 func getToolCall(ns string) func(*fixture, client.WithWatch) error {
@@ -856,6 +896,10 @@ func accessTable(system string) []access {
 		allow("agent", "list", toolgate, "toolcalls", tenant, listToolCalls(tenant)),
 		allow("agent", "watch", toolgate, "toolcalls", tenant, watchList(&tg.ToolCallList{}, tenant)),
 		allow("agent", "delete", toolgate, "toolcalls", tenant, deleteToolCall(tenant)),
+		// The tools it may call: the one its call-issue-refund binding names, no other.
+		allow("agent", "call", toolgate, "tools", tenant, callTool(tenant, "issue_refund")).named("issue_refund"),
+		deny("agent", "call", toolgate, "tools", tenant, callTool(tenant, "restart_pod")).named("restart_pod"),
+		deny("agent", "call", toolgate, "tools", tenant, callTool(tenant, "issue-refund")).named("issue-refund").changing("the Tool object's name"),
 		deny("agent", "update", toolgate, "toolcalls", tenant, updateToolCallMetadata(tenant)).changing("finalizers"),
 		deny("agent", "patch", toolgate, "toolcalls", tenant, patchToolCallMetadata(tenant)).changing("finalizers"),
 		deny("agent", "patch", toolgate, "toolcalls", tenant, patchToolCallSpec(tenant)).changing("spec"),
@@ -1007,6 +1051,7 @@ func TestRolesOnARealAPIServer(t *testing.T) {
 		})
 	}
 	bind("toolcall-agent", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: tenant, Name: "agent"})
+	bind("call-issue-refund", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: tenant, Name: "agent"})
 	bind("toolcall-viewer", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer"})
 	bind("tool-admin", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tool-admin"})
 
@@ -1040,6 +1085,10 @@ func TestRolesOnARealAPIServer(t *testing.T) {
 			}
 			g.Expect(err).To(HaveOccurred(), "%s (%s) must not be allowed to %s %s, but the request succeeded", a.who, s.user, a.verb, qualified(a.resource, a.group))
 			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got: %v", err)
+			if a.verb == "call" {
+				g.Expect(err.Error()).To(ContainSubstring(notCallable(s.user, a)), "refused, but not by the admission policy for this tool")
+				return
+			}
 			g.Expect(err.Error()).To(ContainSubstring(forbiddenBy(s.user, a)), "refused, but not by RBAC for this verb and resource")
 		})
 	}
@@ -1057,6 +1106,12 @@ func forbiddenBy(user string, a access) string {
 	return fmt.Sprintf("User %q cannot %s resource %q in API group %q in the namespace %q", user, a.verb, a.resource, a.group, a.ns)
 }
 
+// notCallable is the refusal of config/admission's authorization policy when user may not call a tool.
+func notCallable(user string, a access) string {
+	return fmt.Sprintf(`user %s may not call tool %s in namespace %s: creating this ToolCall needs a Role or ClusterRole bound to the user in namespace %s with the rule {apiGroups: ["toolgate.dev"], resources: ["tools"], verbs: ["call"], resourceNames: [%q]}`,
+		user, a.name, a.ns, a.ns, a.name)
+}
+
 // waitForBindings waits until the authorizer's informers have every binding: until each allowed
 // request of the table is authorized. A refusal checked before that would prove nothing.
 func waitForBindings(t *testing.T, admin client.Client, subjects map[string]*subject, table []access) {
@@ -1072,7 +1127,7 @@ func waitForBindings(t *testing.T, admin client.Client, subjects map[string]*sub
 			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: s.user, Groups: s.groups,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: resource, Subresource: sub,
+					Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: resource, Subresource: sub, Name: a.name,
 				},
 			}}
 			g.Expect(admin.Create(t.Context(), sar)).To(Succeed())

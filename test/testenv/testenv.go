@@ -1,5 +1,5 @@
 // Package testenv starts a real kube-apiserver and etcd (controller-runtime's envtest) with the
-// Toolgate CRDs installed. The binaries come from KUBEBUILDER_ASSETS when set, otherwise from the
+// Toolgate CRDs and admission policies installed. The binaries come from KUBEBUILDER_ASSETS when set, otherwise from the
 // cache hack/build-envtest-assets.sh builds into ($TOOLGATE_CACHE, default ~/.cache/toolgate).
 package testenv
 
@@ -11,7 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// Start starts the control plane and installs the CRDs.
+// Start starts the control plane and installs the CRDs and the admission policies of config/admission
+// (who may call which tool, who asked), as a cluster that runs Toolgate has them.
 func Start() (*envtest.Environment, error) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -30,6 +31,10 @@ func Start() (*envtest.Environment, error) {
 	}
 	if _, err := env.Start(); err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	if err := InstallAdmission(env.Config); err != nil {
+		_ = env.Stop()
+		return nil, err
 	}
 	return env, nil
 }

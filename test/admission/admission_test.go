@@ -1,0 +1,422 @@
+// Package admission_test checks, on a real kube-apiserver (envtest, which enforces RBAC and runs
+// ValidatingAdmissionPolicy and MutatingAdmissionPolicy), the admission policies of config/admission
+// as users apply them: who may call which tool (RBAC verb "call" on tools, resourceName the toolName),
+// who asked (spec.requester, recorded at creation, unforgeable and immutable), and the Tool naming
+// convention that keeps RBAC grants and Tool objects easy to match up. Callers are impersonated.
+package admission_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/test/testenv"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+var env *th.Env
+
+func TestMain(m *testing.M) {
+	logf.SetLogger(logr.Discard())
+	var err error
+	env, err = th.StartEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// caller is one impersonated identity.
+type caller struct {
+	user   string
+	uid    string
+	groups []string
+	client client.Client
+}
+
+func newCaller(g Gomega, user, uid string, groups ...string) *caller {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, UID: uid, Groups: groups}
+	c, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	return &caller{user: user, uid: uid, groups: groups, client: c}
+}
+
+// agent is a ServiceAccount-like identity in ns bound, as config/rbac's comments show, to the agent
+// role and to the shipped grant of issue_refund.
+func agent(t *testing.T, ns string) *caller {
+	t.Helper()
+	g := NewWithT(t)
+	a := newCaller(g, "system:serviceaccount:"+ns+":refund-agent", "0f4c2d1e-7a6b-4c3d-9e8f-1a2b3c4d5e6f",
+		"system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
+	for _, role := range shippedAgentRoles(g) {
+		bindRole(t, ns, role, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: a.user})
+	}
+	waitAllowed(t, a, ns, "create", "toolcalls", "")
+	waitAllowed(t, a, ns, "call", "tools", "issue_refund")
+	return a
+}
+
+var installRoles sync.Once
+
+// shippedAgentRoles installs the ClusterRoles of config/rbac/toolcall_agent_role.yaml (once, under
+// their names there) and returns their names.
+func shippedAgentRoles(g Gomega) []string {
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	data, err := os.ReadFile(root + "/config/rbac/toolcall_agent_role.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	var roles []*rbacv1.ClusterRole
+	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
+		r := &rbacv1.ClusterRole{}
+		g.Expect(yaml.UnmarshalStrict([]byte(doc), r)).To(Succeed())
+		roles = append(roles, r)
+		names = append(names, r.Name)
+	}
+	g.Expect(names).To(ConsistOf("toolcall-agent", "call-issue-refund"))
+	installRoles.Do(func() {
+		for _, r := range roles {
+			g.Expect(env.Client.Create(context.Background(), r)).To(Succeed())
+		}
+	})
+	return names
+}
+
+func bindRole(t *testing.T, ns, role string, s rbacv1.Subject) {
+	t.Helper()
+	NewWithT(t).Expect(env.Client.Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: role + "-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{s},
+	})).To(Succeed())
+}
+
+// waitAllowed waits until the RBAC authorizer's informers have the bindings: a refusal seen before
+// would prove nothing.
+func waitAllowed(t *testing.T, c *caller, ns, verb, resource, name string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: c.user, UID: c.uid, Groups: c.groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: tg.GroupVersion.Group, Resource: resource, Name: name},
+		}}
+		g.Expect(env.Client.Create(context.Background(), sar)).To(Succeed())
+		g.Expect(sar.Status.Allowed).To(BeTrue(), "%s never allowed to %s %s %s: %s", c.user, verb, resource, name, sar.Status.Reason)
+	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "admission-"}}
+	NewWithT(t).Expect(env.Client.Create(context.Background(), ns)).To(Succeed())
+	return ns.Name
+}
+
+func toolCall(ns, name, tool string) *tg.ToolCall {
+	return &tg.ToolCall{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: tg.ToolCallSpec{
+			Tool:         tool,
+			Arguments:    runtime.RawExtension{Raw: []byte(th.RefundArgs)},
+			WaitingLimit: metav1.Duration{Duration: 45 * time.Minute},
+		},
+	}
+}
+
+// refusal is the authorization policy's message when user may not call tool in ns.
+func refusal(user, tool, ns string) string {
+	return fmt.Sprintf(`user %s may not call tool %s in namespace %s: creating this ToolCall needs a Role or ClusterRole bound to the user in namespace %s with the rule {apiGroups: ["toolgate.dev"], resources: ["tools"], verbs: ["call"], resourceNames: [%q]}`,
+		user, tool, ns, ns, tool)
+}
+
+func expectNotStored(g Gomega, tc *tg.ToolCall) {
+	err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tc), &tg.ToolCall{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused ToolCall %s was stored: %v", tc.Name, err)
+}
+
+func TestCallingATool(t *testing.T) {
+	ns := newNamespace(t)
+	a := agent(t, ns)
+	ctx := context.Background()
+
+	t.Run("the granted tool is allowed", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(a.client.Create(ctx, toolCall(ns, "refund", "issue_refund"))).To(Succeed())
+	})
+
+	t.Run("another tool is refused with the rule that would allow it", func(t *testing.T) {
+		g := NewWithT(t)
+		tc := toolCall(ns, "restart", "restart_pod")
+		err := a.client.Create(ctx, tc)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring(refusal(a.user, "restart_pod", ns)))
+		expectNotStored(g, tc)
+	})
+
+	t.Run("the Tool object's name is not the toolName", func(t *testing.T) {
+		g := NewWithT(t)
+		tc := toolCall(ns, "by-object-name", "issue-refund")
+		err := a.client.Create(ctx, tc)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring(refusal(a.user, "issue-refund", ns)))
+		expectNotStored(g, tc)
+	})
+
+	t.Run("a grant in one namespace calls nothing in another", func(t *testing.T) {
+		g := NewWithT(t)
+		other := newNamespace(t)
+		// The agent role only: it may create ToolCalls there, but call no tool.
+		bindRole(t, other, "toolcall-agent", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: a.user})
+		waitAllowed(t, a, other, "create", "toolcalls", "")
+		tc := toolCall(other, "refund", "issue_refund")
+		err := a.client.Create(ctx, tc)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring(refusal(a.user, "issue_refund", other)))
+		expectNotStored(g, tc)
+	})
+
+	t.Run("a server-side dry run is refused alike", func(t *testing.T) {
+		g := NewWithT(t)
+		err := a.client.Create(ctx, toolCall(ns, "dry", "restart_pod"), client.DryRunAll)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring(refusal(a.user, "restart_pod", ns)))
+	})
+
+	t.Run("a group grant works like a user grant", func(t *testing.T) {
+		g := NewWithT(t)
+		ops := newCaller(g, "ops-bot", "", "toolgate:ops", "system:authenticated")
+		bindRole(t, ns, "toolcall-agent", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "toolgate:ops"})
+		bindRole(t, ns, "call-issue-refund", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "toolgate:ops"})
+		waitAllowed(t, ops, ns, "call", "tools", "issue_refund")
+		g.Expect(ops.client.Create(ctx, toolCall(ns, "ops-refund", "issue_refund"))).To(Succeed())
+	})
+}
+
+func TestRequester(t *testing.T) {
+	ns := newNamespace(t)
+	a := agent(t, ns)
+	ctx := context.Background()
+	want := &tg.Requester{Username: a.user, UID: a.uid, Groups: a.groups}
+
+	t.Run("is the authenticated caller", func(t *testing.T) {
+		g := NewWithT(t)
+		tc := toolCall(ns, "asked", "issue_refund")
+		g.Expect(a.client.Create(ctx, tc)).To(Succeed())
+		g.Expect(tc.Spec.Requester).To(Equal(want), "the create response")
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(tc), got)).To(Succeed())
+		g.Expect(got.Spec.Requester).To(Equal(want), "the stored ToolCall")
+	})
+
+	t.Run("a forged requester is overwritten", func(t *testing.T) {
+		g := NewWithT(t)
+		tc := toolCall(ns, "forged", "issue_refund")
+		tc.Spec.Requester = &tg.Requester{Username: "kubernetes-admin", UID: "forged", Groups: []string{"system:masters"}}
+		g.Expect(a.client.Create(ctx, tc)).To(Succeed())
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(tc), got)).To(Succeed())
+		g.Expect(got.Spec.Requester).To(Equal(want))
+	})
+
+	t.Run("a partial forgery is overwritten whole", func(t *testing.T) {
+		g := NewWithT(t)
+		// Groups only: nothing of it may survive next to the real identity.
+		u := toolCallU(ns, "partial", map[string]any{"groups": []any{"system:masters"}})
+		g.Expect(a.client.Create(ctx, u)).To(Succeed())
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "partial"}, got)).To(Succeed())
+		g.Expect(got.Spec.Requester).To(Equal(want))
+	})
+
+	t.Run("a caller without uid or groups is recorded with empty ones", func(t *testing.T) {
+		g := NewWithT(t)
+		// The admin of envtest authenticates with a client certificate: no uid.
+		tc := toolCall(ns, "by-admin", "issue_refund")
+		g.Expect(env.Client.Create(ctx, tc)).To(Succeed())
+		g.Expect(tc.Spec.Requester).NotTo(BeNil())
+		g.Expect(tc.Spec.Requester.Username).NotTo(BeEmpty())
+		g.Expect(tc.Spec.Requester.UID).To(BeEmpty())
+		g.Expect(tc.Spec.Requester.Groups).To(ContainElement("system:masters"))
+		// Written back as read (what every client that updates metadata does): still the same spec.
+		tc.Labels = map[string]string{"audited": "yes"}
+		g.Expect(env.Client.Update(ctx, tc)).To(Succeed(), "a metadata update that sends the requester back as read")
+	})
+
+	t.Run("cannot be changed afterwards", func(t *testing.T) {
+		tc := toolCall(ns, "immutable", "issue_refund")
+		NewWithT(t).Expect(a.client.Create(ctx, tc)).To(Succeed())
+		for name, patch := range map[string]string{
+			"username": `{"spec":{"requester":{"username":"kubernetes-admin"}}}`,
+			"uid":      `{"spec":{"requester":{"uid":"forged"}}}`,
+			"groups":   `{"spec":{"requester":{"groups":["system:masters"]}}}`,
+			"removed":  `{"spec":{"requester":null}}`,
+		} {
+			t.Run(name, func(t *testing.T) {
+				g := NewWithT(t)
+				// As the admin: RBAC allows the patch, the CRD's immutability rule refuses it.
+				err := env.Client.Patch(ctx, tc.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
+				g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
+				g.Expect(err.Error()).To(ContainSubstring("spec is immutable"))
+			})
+		}
+		g := NewWithT(t)
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(tc), got)).To(Succeed())
+		g.Expect(got.Spec.Requester).To(Equal(want))
+	})
+
+	t.Run("is shown by kubectl get -o wide", func(t *testing.T) {
+		g := NewWithT(t)
+		tc := toolCall(ns, "wide", "issue_refund")
+		g.Expect(a.client.Create(ctx, tc)).To(Succeed())
+		// kubectl get asks the apiserver for a Table and prints it; -o wide adds the priority-1 columns.
+		cs, err := kubernetes.NewForConfig(env.Config)
+		g.Expect(err).NotTo(HaveOccurred())
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/toolgate.dev/v1alpha1/namespaces", ns, "toolcalls", tc.Name).
+			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		table := &metav1.Table{}
+		g.Expect(json.Unmarshal(raw, table)).To(Succeed())
+		col := -1
+		for i, c := range table.ColumnDefinitions {
+			if c.Name == "Requester" {
+				col = i
+				g.Expect(c.Priority).To(BeEquivalentTo(1), "shown by -o wide only")
+			}
+		}
+		g.Expect(col).NotTo(Equal(-1), "no Requester column in %s", raw)
+		g.Expect(table.Rows).To(HaveLen(1))
+		g.Expect(table.Rows[0].Cells[col]).To(Equal(a.user))
+	})
+}
+
+func toolCallU(ns, name string, requester map[string]any) client.Object {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolCall",
+		"metadata": map[string]any{"namespace": ns, "name": name},
+		"spec": map[string]any{
+			"tool": "issue_refund", "arguments": map[string]any{"amount": int64(1)}, "waitingLimit": "45m",
+			"requester": requester,
+		},
+	}}
+}
+
+func TestToolNamingConvention(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	warnings := &collectWarnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = warnings
+	admin, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+
+	tool := func(name, toolName string) *tg.Tool {
+		return &tg.Tool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: tg.ToolSpec{ToolName: toolName, JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "tool", Image: "busybox:1.36", Command: []string{"true"}}},
+			}}}}},
+		}
+	}
+
+	t.Run("a Tool named after its toolName is written without a warning", func(t *testing.T) {
+		g := NewWithT(t)
+		warnings.reset()
+		g.Expect(admin.Create(ctx, tool("issue-refund", "issue_refund"))).To(Succeed())
+		g.Expect(admin.Create(ctx, tool("restart.pod-v2", "Restart.Pod_v2"))).To(Succeed())
+		g.Expect(warnings.get()).To(BeEmpty())
+	})
+
+	t.Run("a Tool named otherwise is written with a warning that says what the grant names", func(t *testing.T) {
+		g := NewWithT(t)
+		warnings.reset()
+		g.Expect(admin.Create(ctx, tool("refunds", "issue_refund"))).To(Succeed(), "a warning, not a refusal")
+		g.Expect(warnings.get()).To(ConsistOf(ContainSubstring(
+			`Tool refunds has toolName issue_refund: RBAC grants to call it name the toolName (verb call on tools, resourceNames ["issue_refund"]), not the Tool; name the Tool issue-refund so that the two read the same`)))
+	})
+}
+
+type collectWarnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *collectWarnings) HandleWarningHeader(code int, agent string, text string) {
+	if code != 299 || text == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, text)
+}
+
+func (w *collectWarnings) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = nil
+}
+
+func (w *collectWarnings) get() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}
+
+// A ToolCall for a tool the caller may not call is never stored, so neither the controller nor the
+// approvals provider ever sees it; the next, allowed one is submitted as usual.
+func TestRefusedCallNeverReachesTheProvider(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	h.Tool("restart-pod", "restart_pod", "")
+	a := agent(t, h.NS)
+	ctx := context.Background()
+
+	refused := h.NewToolCall("restart", "restart_pod", `{"pod":"web-0"}`, 45*time.Minute, nil)
+	err := a.client.Create(ctx, refused)
+	h.G.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got %v", err)
+	allowed := h.NewToolCall("refund", "issue_refund", th.RefundArgs, 45*time.Minute, nil)
+	h.G.Expect(a.client.Create(ctx, allowed)).To(Succeed())
+
+	h.G.Eventually(func(g Gomega) {
+		got := &tg.ToolCall{}
+		g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(allowed), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	requests, err := h.Provider.List("")
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.G.Expect(requests).To(HaveLen(1), "only the allowed call reaches the provider")
+	h.G.Expect(requests[0].Tool).To(Equal("issue_refund"))
+	expectNotStored(h.G, refused)
+}

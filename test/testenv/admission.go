@@ -1,0 +1,150 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// AdmissionDir is where the admission policies users apply live, relative to the repository root.
+var AdmissionDir = filepath.Join("config", "admission")
+
+var documentSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// AdmissionObjects reads the policies and bindings config/admission/kustomization.yaml lists, as
+// written there (config/default adds a namePrefix, which changes no behaviour).
+func AdmissionObjects() ([]*unstructured.Unstructured, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, AdmissionDir)
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		return nil, fmt.Errorf("%s/kustomization.yaml: %w", AdmissionDir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, file := range k.Resources {
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return nil, err
+		}
+		for _, doc := range documentSeparator.Split(string(data), -1) {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				return nil, fmt.Errorf("%s/%s: %w", AdmissionDir, file, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			out = append(out, obj)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s/kustomization.yaml lists no policies", AdmissionDir)
+	}
+	return out, nil
+}
+
+// probeUser is the identity InstallAdmission acts as to see that the authorization policy is in force:
+// it may create ToolCalls but call no tool.
+const probeUser = "toolgate:testenv:admission-probe"
+
+// InstallAdmission creates the admission policies of config/admission and waits until the apiserver
+// enforces them: a dry-run ToolCall created by the admin gets its requester recorded, and one created by
+// a user who may create ToolCalls but call no tool is refused.
+func InstallAdmission(cfg *rest.Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = rest.NoWarnings{}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	objs, err := AdmissionObjects()
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("installing %s %s from %s (MutatingAdmissionPolicy needs Kubernetes 1.36 or later, admissionregistration.k8s.io/v1): %w",
+				obj.GetKind(), obj.GetName(), AdmissionDir, err)
+		}
+	}
+
+	// The probe: allowed to create ToolCalls by RBAC, allowed to call nothing.
+	probeRole := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "toolgate-testenv-admission-probe"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"toolgate.dev"}, Resources: []string{"toolcalls"}, Verbs: []string{"create"}}}}
+	probeBinding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: probeRole.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: probeRole.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: probeUser}}}
+	for _, obj := range []client.Object{probeRole, probeBinding} {
+		if err := c.Create(ctx, obj); err != nil {
+			return err
+		}
+		defer func() { _ = c.Delete(context.Background(), obj) }()
+	}
+	probeCfg := rest.CopyConfig(cfg)
+	probeCfg.Impersonate = rest.ImpersonationConfig{UserName: probeUser, Groups: []string{"system:authenticated"}}
+	probe, err := client.New(probeCfg, client.Options{})
+	if err != nil {
+		return err
+	}
+
+	var last error
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		tc := probeToolCall()
+		if err := c.Create(ctx, tc, client.DryRunAll); err != nil {
+			last = fmt.Errorf("dry-run ToolCall as the admin: %w", err)
+			return false, nil
+		}
+		if user, _, _ := unstructured.NestedString(tc.Object, "spec", "requester", "username"); user == "" {
+			last = fmt.Errorf("the requester policy has not recorded the admin as the requester yet")
+			return false, nil
+		}
+		err := probe.Create(ctx, probeToolCall(), client.DryRunAll)
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not call tool") {
+			last = fmt.Errorf("the authorization policy has not refused a caller without the call verb yet: %v", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the admission policies of %s are not in force: %w (last: %v)", AdmissionDir, err, last)
+	}
+	return nil
+}
+
+func probeToolCall() *unstructured.Unstructured {
+	tc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "toolgate.dev/v1alpha1",
+		"kind":       "ToolCall",
+		"metadata":   map[string]any{"namespace": metav1.NamespaceDefault, "generateName": "admission-probe-"},
+		"spec": map[string]any{
+			"tool":         "admission_probe",
+			"arguments":    map[string]any{},
+			"waitingLimit": "1m",
+		},
+	}}
+	return tc
+}
