@@ -139,7 +139,7 @@ func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.T
 		cols = append([]string{"NAMESPACE"}, cols...)
 	}
 	if wide {
-		cols = append(cols, "RULE", "REASON", "MESSAGE")
+		cols = append(cols, "RULE", "REQUESTER", "REASON", "MESSAGE")
 	}
 	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	for _, tc := range items {
@@ -156,7 +156,11 @@ func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.T
 			if tc.Status.Decision != nil {
 				rule = tc.Status.Decision.Rule
 			}
-			row = append(row, orNone(rule), orNone(tc.Status.Reason), orNone(oneLine(tc.Status.Message)))
+			requester := ""
+			if tc.Spec.Requester != nil {
+				requester = tc.Spec.Requester.Username
+			}
+			row = append(row, orNone(rule), orNone(requester), orNone(tc.Status.Reason), orNone(oneLine(tc.Status.Message)))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -227,6 +231,7 @@ func describe(w io.Writer, tc *tg.ToolCall, at time.Time) {
 		field("Deleting since", "%s", when(tc.DeletionTimestamp))
 	}
 	field("Tool", "%s", tc.Spec.Tool)
+	field("Requested by", "%s", requestedBy(tc.Spec.Requester))
 	limit := tc.Spec.WaitingLimit.Duration
 	end := metav1.NewTime(tc.CreationTimestamp.Add(limit))
 	field("Waiting limit", "%s, ends %s", shortDuration(limit), when(&end))
@@ -282,6 +287,21 @@ func describe(w io.Writer, tc *tg.ToolCall, at time.Time) {
 		fmt.Fprintf(ct, "  %s\t%s\t%s\t%s\t%s\n", cond.Type, cond.Status, cond.Reason, age(cond.LastTransitionTime, at), oneLine(cond.Message))
 	}
 	_ = ct.Flush()
+}
+
+// requestedBy names who created the ToolCall, as the admission policy recorded them.
+func requestedBy(r *tg.Requester) string {
+	if r == nil {
+		return "<not recorded: the toolgate-toolcall-requester admission policy was not installed when it was created>"
+	}
+	s := r.Username
+	if r.UID != "" {
+		s += " (uid " + r.UID + ")"
+	}
+	if len(r.Groups) > 0 {
+		s += ", groups " + strings.Join(r.Groups, ", ")
+	}
+	return s
 }
 
 // decidedBy says who decided: the approvals provider, or the Tool's approval rule.

@@ -117,6 +117,7 @@ func TestWideTableAndDescribeShowTheRuleThatDecided(t *testing.T) {
 		tc.Status.JobName = "refund-0a1b2c3d4e"
 		tc.Status.Reason = tg.ReasonJobCreated
 		tc.Status.Decision = &tg.Decision{Status: "approved", Source: tg.DecisionSourcePolicy, Rule: "small-gbp-refunds"}
+		tc.Spec.Requester = &tg.Requester{Username: "system:serviceaccount:payments:refund-agent"}
 	})
 	byHuman := liveToolCall(tg.PhaseDenied, func(tc *tg.ToolCall) {
 		tc.Name = "refund-2"
@@ -126,11 +127,24 @@ func TestWideTableAndDescribeShowTheRuleThatDecided(t *testing.T) {
 	var out bytes.Buffer
 	table(&out, []tg.ToolCall{*byRule, *byHuman}, false, true, t0.Add(time.Minute))
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TOOL", "PHASE", "DECISION", "JOB", "AGE", "RULE", "REASON", "MESSAGE"}))
-	g.Expect(strings.Fields(lines[1])[:8]).To(Equal([]string{"refund", "issue_refund", "Running", "approved", "refund-0a1b2c3d4e", "60s", "small-gbp-refunds", "JobCreated"}))
-	g.Expect(strings.Fields(lines[2])[6]).To(Equal("<none>"))
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TOOL", "PHASE", "DECISION", "JOB", "AGE", "RULE", "REQUESTER", "REASON", "MESSAGE"}))
+	g.Expect(strings.Fields(lines[1])[:9]).To(Equal([]string{"refund", "issue_refund", "Running", "approved", "refund-0a1b2c3d4e", "60s", "small-gbp-refunds", "system:serviceaccount:payments:refund-agent", "JobCreated"}))
+	g.Expect(strings.Fields(lines[2])[6:8]).To(Equal([]string{"<none>", "<none>"}))
 
 	g.Expect(decidedBy(byRule.Status.Decision)).To(Equal("rule small-gbp-refunds of the Tool's spec.approval (no human was asked)"))
 	g.Expect(decidedBy(byHuman.Status.Decision)).To(Equal("the approvals provider"))
 	g.Expect(decidedBy(&tg.Decision{Status: "approved"})).To(Equal("the approvals provider"), "an empty source is the provider")
+}
+
+func TestDescribeSaysWhoAsked(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(requestedBy(&tg.Requester{Username: "system:serviceaccount:payments:refund-agent", UID: "0f4c", Groups: []string{"system:serviceaccounts", "system:authenticated"}})).
+		To(Equal("system:serviceaccount:payments:refund-agent (uid 0f4c), groups system:serviceaccounts, system:authenticated"))
+	g.Expect(requestedBy(&tg.Requester{Username: "alice", Groups: []string{}})).To(Equal("alice"))
+	g.Expect(requestedBy(nil)).To(ContainSubstring("not recorded"))
+	var out bytes.Buffer
+	describe(&out, liveToolCall(tg.PhasePending, func(tc *tg.ToolCall) {
+		tc.Spec.Requester = &tg.Requester{Username: "alice", Groups: []string{"oncall"}}
+	}), t0)
+	g.Expect(out.String()).To(MatchRegexp(`(?m)^Requested by: +alice, groups oncall$`))
 }

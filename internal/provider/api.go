@@ -47,6 +47,11 @@ const (
 	MaxRequestBodyBytes      int64 = 256 << 10
 )
 
+// HeaderRequester carries, on a submission, who asked for the tool call (the ToolCall's
+// spec.requester.username, percent-encoded where not printable ASCII). Not in the seed: the body stays
+// exactly {tool, arguments, timeout}, and a provider that does not know the header ignores it.
+const HeaderRequester = "Toolgate-Requester"
+
 // IsTerminal reports whether a request status is final.
 func IsTerminal(status string) bool {
 	switch status {
@@ -84,6 +89,9 @@ type Request struct {
 	CreatedAt       time.Time `json:"created_at"`
 	DeadlineAt      time.Time `json:"deadline_at"`
 	Decision        *Decision `json:"decision,omitempty"`
+	// Requester is optional: the seed's wire format has no such field. The reference provider records
+	// the Toolgate-Requester header of the submission here, shows it to approvers and echoes it.
+	Requester string `json:"requester,omitempty"`
 }
 
 // Problem is an application/problem+json error body.

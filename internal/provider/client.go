@@ -39,6 +39,8 @@ type Submission struct {
 	Tool           string
 	Arguments      json.RawMessage
 	Timeout        time.Duration
+	// Requester is who asked (a username); sent in the optional Toolgate-Requester header when set.
+	Requester string
 }
 
 // Ref returns what every response about this submission is checked against.
@@ -206,7 +208,25 @@ func submitHeader(s Submission) http.Header {
 	if s.IdempotencyKey != "" {
 		h.Set(HeaderIdempotencyKey, s.IdempotencyKey)
 	}
+	if s.Requester != "" {
+		h.Set(HeaderRequester, EncodeHeaderValue(s.Requester))
+	}
 	return h
+}
+
+// EncodeHeaderValue writes s as a header value: printable ASCII as it is, every other byte (and "%")
+// percent-encoded, so that any username fits in a header. url.PathUnescape reads it back.
+func EncodeHeaderValue(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // Wait implements Client.

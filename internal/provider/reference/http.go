@@ -10,9 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -215,6 +217,7 @@ func (s *Server) shape(rp reply) reply {
 	switch b := rp.body.(type) {
 	case provider.Request:
 		b.ArgumentsSHA256 = ""
+		b.Requester = ""
 		rp.body = b
 	case provider.Problem:
 		rp.body = plainText(b.Detail)
@@ -259,6 +262,9 @@ func (s *Server) handleSubmit(c *call) reply {
 		return rp
 	}
 	sub.key = key
+	if s.opts.Profile != ProfileSeed { // a provider written from the seed alone does not know the header
+		sub.requester = requester(c.r.Header.Get(provider.HeaderRequester))
+	}
 	req, replayed, err := s.submit(sub, c.delay)
 	switch {
 	case errors.Is(err, errInFlight):
@@ -277,6 +283,22 @@ func (s *Server) handleSubmit(c *call) reply {
 		return success(http.StatusOK, req).with(provider.HeaderIdempotentReplayed, "true")
 	}
 	return success(http.StatusCreated, req)
+}
+
+// maxRequesterLen bounds the requester a submission records.
+const maxRequesterLen = 256
+
+// requester decodes the optional Toolgate-Requester header (percent-encoded; a value that does not
+// decode is kept as sent) and bounds its length. The page escapes it like every submitted text.
+func requester(header string) string {
+	v, err := url.PathUnescape(header)
+	if err != nil || !utf8.ValidString(v) {
+		v = header
+	}
+	if len(v) > maxRequesterLen {
+		v = strings.ToValidUTF8(v[:maxRequesterLen], "") + "…"
+	}
+	return v
 }
 
 // parseSubmission reads and validates a submission body; on failure it returns the problem reply.

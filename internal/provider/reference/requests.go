@@ -42,6 +42,7 @@ type submission struct {
 	argumentsSHA256 string
 	timeoutText     string // as submitted, echoed back
 	timeout         time.Duration
+	requester       string // the optional Toolgate-Requester header, decoded; not part of the fingerprint
 }
 
 // fingerprint identifies the body for idempotency: the same tool, canonical arguments and timeout.
@@ -191,6 +192,7 @@ func (s *Server) createLocked(sub submission) (provider.Request, error) {
 		Status:          provider.StatusPending,
 		CreatedAt:       now,
 		DeadlineAt:      now.Add(sub.timeout),
+		Requester:       sub.requester,
 	}
 	rec := idempotencyRecord{Fingerprint: sub.fingerprint(), RequestID: req.ID, CreatedAt: now}
 	if err := s.store.create(sub.key, rec, req); err != nil {
