@@ -240,7 +240,16 @@ func (r *ToolCallReconciler) submission(tc *tg.ToolCall) (Window, provider.Submi
 		Tool:           tc.Spec.Tool,
 		Arguments:      tc.Spec.Arguments.Raw,
 		Timeout:        timeout,
+		Requester:      requesterName(tc),
 	}, nil
+}
+
+// requesterName is who asked, as the admission policy recorded it; empty when it did not.
+func requesterName(tc *tg.ToolCall) string {
+	if tc.Spec.Requester == nil {
+		return ""
+	}
+	return tc.Spec.Requester.Username
 }
 
 func annotatedDuration(tc *tg.ToolCall, key string) (time.Duration, error) {

@@ -176,10 +176,20 @@ func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
 	case tg.PhaseFailed, tg.PhaseDenied, tg.PhaseExpired, tg.PhaseApprovalUnavailable, tg.PhaseCancelled, tg.PhaseRejected:
 		eventType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(tc, nil, eventType, tc.Status.Reason, string(tc.Status.Phase), "%s", tc.Status.Message)
+	r.Recorder.Eventf(tc, nil, eventType, tc.Status.Reason, string(tc.Status.Phase), "%s", eventNote(tc))
 	if tc.Status.Phase.IsTerminal() {
 		toolCallOutcomes.WithLabelValues(string(tc.Status.Phase)).Inc()
 	}
+}
+
+// eventNote is the status message, followed by who asked when the admission policy recorded it, so
+// that each event of a ToolCall says whose call it is.
+func eventNote(tc *tg.ToolCall) string {
+	who := requesterName(tc)
+	if who == "" {
+		return tc.Status.Message
+	}
+	return fmt.Sprintf("%s Requested by %s.", tc.Status.Message, who)
 }
 
 // SetupWithManager registers the controller, its Tool index and the waiter's channel source.

@@ -123,6 +123,19 @@ func TestRunFailedAndRejectedHaveTheirCodes(t *testing.T) {
 	g.Expect(stderr).To(And(ContainSubstring(": Rejected\n"), ContainSubstring("reason:        UnknownTool"), ContainSubstring("no Tool in namespace")))
 }
 
+// A tool the agent may not call: the apiserver refuses the ToolCall, and run says why and exits 1.
+func TestRunRefusedByAdmissionExitsOne(t *testing.T) {
+	h := newHarness(t)
+	g := h.G
+	h.Tool("restart-pod", "restart_pod", "")
+	code, stdout, stderr := plugin(g, "run", "restart_pod", "--args", `{"pod":"web-0"}`, "--waiting-limit", "2m", "--name", "restart", "-n", h.NS)
+	g.Expect(code).To(Equal(exitError))
+	g.Expect(stdout).To(BeEmpty())
+	g.Expect(stderr).To(ContainSubstring("user " + agent.User + " may not call tool restart_pod in namespace " + h.NS))
+	g.Expect(stderr).To(ContainSubstring(`resourceNames: ["restart_pod"]`))
+	g.Expect(h.K8s.Get(t.Context(), client.ObjectKey{Namespace: h.NS, Name: "restart"}, &tg.ToolCall{})).NotTo(Succeed(), "nothing was created")
+}
+
 // Ctrl-C: the ToolCall is deleted, so Toolgate cancels the approval request.
 func TestRunInterruptedDeletesTheToolCall(t *testing.T) {
 	h := newHarness(t)
@@ -230,7 +243,7 @@ func TestGetAndDescribeShowTheFields(t *testing.T) {
 	code, stdout, _ = plugin(g, "describe", "refund-denied", "-n", h.NS)
 	g.Expect(code).To(Equal(exitSucceeded))
 	for _, want := range []string{
-		"Name:", "refund-denied", "Tool:", "issue_refund", "Waiting limit:", "2m, ends",
+		"Name:", "refund-denied", "Tool:", "issue_refund", "Requested by:", "system:masters", "Waiting limit:", "2m, ends",
 		"Approval timeout:", "(chosen by Toolgate)", "Phase:", "Denied", "Reason:", "Message:",
 		"Request ID:", "Provider deadline:", "Decision:", "denied", "Note:", "Not a duplicate.",
 		"Arguments:", `"payment_id": "payment_123"`, "Conditions:", "Approved", "Ready", "Executed",

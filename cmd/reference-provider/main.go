@@ -1,6 +1,6 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--profile full|seed] [--tls-cert crt --tls-key key [--http2]]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--approvers-file approvers] [--profile full|seed] [--tls-cert crt --tls-key key [--http2]]
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
 //	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
 package main
@@ -80,6 +80,7 @@ func serve(args []string) error {
 	db := fs.String("db", "reference-provider.db", "bbolt file holding requests and idempotency keys")
 	credentialFile := fs.String("credential-file", "", "file holding the bearer credential of the provider API (required)")
 	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API (default: the provider API's)")
+	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name; the admin credential records \"admin\"")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file")
 	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
@@ -111,10 +112,16 @@ func serve(args []string) error {
 		}
 	}
 
+	approvers, err := readApprovers(*approversFile)
+	if err != nil {
+		return err
+	}
+
 	srv, err := reference.New(reference.Options{
 		DBPath:                  *db,
 		Credential:              credential,
 		AdminCredential:         adminCredential,
+		Approvers:               approvers,
 		MinTimeout:              *minTimeout,
 		MaxTimeout:              *maxTimeout,
 		DefaultApprovalValidity: *validity,
@@ -301,6 +308,34 @@ func (c *adminClient) call(method, path string, body, out any) error {
 		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
 	}
 	return json.Unmarshal(data, out)
+}
+
+// readApprovers reads --approvers-file: "NAME CREDENTIAL" per line; blank lines and lines starting
+// with # are skipped. No file, no approvers.
+func readApprovers(path string) (map[string]string, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading --approvers-file: %w", err)
+	}
+	out := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s line %d: want \"NAME CREDENTIAL\", got %d fields", path, i+1, len(fields))
+		}
+		if _, dup := out[fields[0]]; dup {
+			return nil, fmt.Errorf("%s line %d: approver %s is listed twice", path, i+1, fields[0])
+		}
+		out[fields[0]] = fields[1]
+	}
+	return out, nil
 }
 
 func readCredential(path string) (string, error) {

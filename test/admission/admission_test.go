@@ -20,6 +20,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -363,8 +364,9 @@ func TestToolNamingConvention(t *testing.T) {
 		g := NewWithT(t)
 		warnings.reset()
 		g.Expect(admin.Create(ctx, tool("refunds", "issue_refund"))).To(Succeed(), "a warning, not a refusal")
-		g.Expect(warnings.get()).To(ConsistOf(ContainSubstring(
-			`Tool refunds has toolName issue_refund: RBAC grants to call it name the toolName (verb call on tools, resourceNames ["issue_refund"]), not the Tool; name the Tool issue-refund so that the two read the same`)))
+		g.Expect(warnings.get()).To(ConsistOf(And(
+			ContainSubstring(`Validation failed for ValidatingAdmissionPolicy 'tool-name-convention'`),
+			ContainSubstring(`Tool refunds has toolName issue_refund: RBAC grants to call it name the toolName (verb call on tools, resourceNames ["issue_refund"]), not the Tool; name the Tool issue-refund so that the two read the same`))))
 	})
 }
 
@@ -419,4 +421,33 @@ func TestRefusedCallNeverReachesTheProvider(t *testing.T) {
 	h.G.Expect(requests).To(HaveLen(1), "only the allowed call reaches the provider")
 	h.G.Expect(requests[0].Tool).To(Equal("issue_refund"))
 	expectNotStored(h.G, refused)
+}
+
+// The requester reaches the approver (the reference provider records the Toolgate-Requester header
+// the controller sends) and every event of the ToolCall.
+func TestRequesterReachesTheProviderAndTheEvents(t *testing.T) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", "")
+	a := agent(t, h.NS)
+	ctx := context.Background()
+
+	tc := h.NewToolCall("refund", "issue_refund", th.RefundArgs, 45*time.Minute, nil)
+	h.G.Expect(a.client.Create(ctx, tc)).To(Succeed())
+	req := h.PendingRequest("refund")
+	h.G.Expect(req.Requester).To(Equal(a.user))
+	h.G.Expect(req.Tool).To(Equal("issue_refund"))
+
+	h.G.Eventually(func(g Gomega) {
+		list := &eventsv1.EventList{}
+		g.Expect(h.K8s.List(ctx, list, client.InNamespace(h.NS))).To(Succeed())
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.Name == "refund" {
+				notes = append(notes, e.Note)
+			}
+		}
+		g.Expect(notes).To(ContainElement(And(
+			HavePrefix("Waiting for a human to approve or deny the call."),
+			HaveSuffix(" Requested by "+a.user+"."))))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -411,7 +411,7 @@ func TestDecideThroughAdminAPI(t *testing.T) {
 	valid := e.create("valid-for").ID
 	req := e.expectRequest(decide(valid, map[string]string{"status": "approved", "note": "ok", "valid_for": "10m"}), http.StatusOK)
 	e.g.Expect(req.Decision).To(Equal(&provider.Decision{
-		Status: provider.StatusApproved, Note: "ok", DecidedAt: ptr(now), ExpiresAt: ptr(now.Add(10 * time.Minute)),
+		Status: provider.StatusApproved, Note: "ok (approved by admin)", DecidedAt: ptr(now), ExpiresAt: ptr(now.Add(10 * time.Minute)),
 	}))
 	e.expectProblem(decide(valid, map[string]string{"status": "denied"}), http.StatusConflict, provider.CodeAlreadyDecided)
 
@@ -422,7 +422,7 @@ func TestDecideThroughAdminAPI(t *testing.T) {
 
 	denied := e.create("denied").ID
 	req = e.expectRequest(decide(denied, map[string]string{"status": "denied", "note": "not a duplicate"}), http.StatusOK)
-	e.g.Expect(req.Decision).To(Equal(&provider.Decision{Status: provider.StatusDenied, Note: "not a duplicate", DecidedAt: ptr(now)}))
+	e.g.Expect(req.Decision).To(Equal(&provider.Decision{Status: provider.StatusDenied, Note: "not a duplicate (denied by admin)", DecidedAt: ptr(now)}))
 
 	bad := e.create("bad").ID
 	for _, body := range []any{

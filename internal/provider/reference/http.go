@@ -82,8 +82,8 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("POST /v1/requests/{id}/cancel", s.api(OpCancel, s.handleCancel))
 		apiPaths = append(apiPaths, "/v1/requests/{id}/cancel")
 	}
-	mux.Handle("POST /admin/v1/requests/{id}/decide", s.adminAPI(s.handleDecide))
-	mux.Handle("GET /admin/v1/requests", s.adminAPI(s.handleList))
+	mux.Handle("POST /admin/v1/requests/{id}/decide", s.approverAPI(s.handleDecide))
+	mux.Handle("GET /admin/v1/requests", s.approverAPI(func(r *http.Request, _ string) reply { return s.handleList(r) }))
 	mux.Handle("GET /admin/v1/faults", s.adminAPI(s.handleFaultsGet))
 	mux.Handle("POST /admin/v1/faults", s.adminAPI(s.handleFaultsAdd))
 	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.handleFaultsSet))
@@ -403,7 +403,7 @@ type adminDecision struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
-func (s *Server) handleDecide(r *http.Request) reply {
+func (s *Server) handleDecide(r *http.Request, approver string) reply {
 	var body adminDecision
 	if err := decodeJSON(r, &body); err != nil {
 		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
@@ -412,13 +412,14 @@ func (s *Server) handleDecide(r *http.Request) reply {
 	if err != nil || validFor < 0 {
 		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, fmt.Sprintf("valid_for %q is not a positive duration", body.ValidFor))
 	}
-	req, err := s.decide(r.PathValue("id"), body.Status, body.Note, body.ExpiresAt, validFor)
+	req, err := s.decide(r.PathValue("id"), body.Status, decisionNote(body.Note, body.Status, approver), body.ExpiresAt, validFor)
 	if errors.Is(err, ErrAlreadyDecided) {
 		return alreadyDecided(req)
 	}
 	if err != nil {
 		return s.failure(err)
 	}
+	s.log.Info("decided through the admin API", "id", req.ID, "status", req.Status, "approver", approver)
 	return success(http.StatusOK, req)
 }
 

@@ -50,6 +50,10 @@ type Options struct {
 	Logger logr.Logger
 	// Profile is the wire format of the provider API: ProfileFull (the default) or ProfileSeed.
 	Profile Profile
+	// Approvers maps an approver's name to their own credential, with which they sign in to the approval
+	// page and decide through the admin API (list and decide only). Every decision records who made it:
+	// the approver's name, or AdminApprover for the admin credential. Optional.
+	Approvers map[string]string
 }
 
 // Profile is the wire format the provider API speaks.
@@ -110,6 +114,7 @@ type Server struct {
 	tempDir    string
 	credential [sha256.Size]byte
 	admin      [sha256.Size]byte
+	approvers  map[[sha256.Size]byte]string // credential hash -> approver name
 	faults     *Faults
 	stats      statsRecorder
 	handler    http.Handler
@@ -137,6 +142,10 @@ func New(opts Options) (*Server, error) {
 	if _, err := ParseProfile(string(opts.Profile)); err != nil {
 		return nil, fmt.Errorf("reference provider: %w", err)
 	}
+	approvers, err := hashApprovers(opts)
+	if err != nil {
+		return nil, fmt.Errorf("reference provider: %w", err)
+	}
 	if opts.MinTimeout > opts.MaxTimeout {
 		return nil, fmt.Errorf("reference provider: MinTimeout %v exceeds MaxTimeout %v", opts.MinTimeout, opts.MaxTimeout)
 	}
@@ -156,6 +165,7 @@ func New(opts Options) (*Server, error) {
 		tempDir:    tempDir,
 		credential: sha256.Sum256([]byte(opts.Credential)),
 		admin:      sha256.Sum256([]byte(opts.AdminCredential)),
+		approvers:  approvers,
 		faults:     newFaults(opts.FaultSeed),
 		done:       make(chan struct{}),
 		pending:    map[string]*watch{},

@@ -77,7 +77,7 @@ func (p *approvalPage) handleApprove(r *http.Request, data []byte) reply {
 	if err != nil {
 		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
 	}
-	return p.decide(r.PathValue("id"), provider.StatusApproved, note, time.Duration(minutes)*time.Minute)
+	return p.decide(r.PathValue("id"), provider.StatusApproved, note, time.Duration(minutes)*time.Minute, p.approver(r))
 }
 
 func (p *approvalPage) handleDeny(r *http.Request, data []byte) reply {
@@ -89,7 +89,7 @@ func (p *approvalPage) handleDeny(r *http.Request, data []byte) reply {
 	if err != nil {
 		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
 	}
-	return p.decide(r.PathValue("id"), provider.StatusDenied, note, 0)
+	return p.decide(r.PathValue("id"), provider.StatusDenied, note, 0, p.approver(r))
 }
 
 // validForMinutes reads valid_for_minutes: a whole number from 1 to maxMinutes.
@@ -118,14 +118,15 @@ func checkNote(note string, required bool) (string, error) {
 	return note, nil
 }
 
-func (p *approvalPage) decide(id, status, note string, validFor time.Duration) reply {
-	req, err := p.s.decide(id, status, note, nil, validFor)
+// decide records the decision with the signed-in approver in its note.
+func (p *approvalPage) decide(id, status, note string, validFor time.Duration, approver string) reply {
+	req, err := p.s.decide(id, status, decisionNote(note, status, approver), nil, validFor)
 	if errors.Is(err, ErrAlreadyDecided) {
 		return alreadyDecided(req)
 	}
 	if err != nil {
 		return p.s.failure(err)
 	}
-	p.s.log.Info("decided on the approval page", "id", req.ID, "status", req.Status)
+	p.s.log.Info("decided on the approval page", "id", req.ID, "status", req.Status, "approver", approver)
 	return success(http.StatusOK, req)
 }

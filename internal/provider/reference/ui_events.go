@@ -29,12 +29,15 @@ type pageItem struct {
 	// Arguments is the pretty-printed JSON text; the page shows it as text.
 	Arguments string `json:"arguments"`
 	// IdempotencyKey is the key the request was submitted with; Toolgate sends the ToolCall's UID.
-	IdempotencyKey string     `json:"idempotency_key,omitempty"`
-	CreatedAt      *time.Time `json:"created_at"`
-	DeadlineAt     *time.Time `json:"deadline_at"`
-	Note           string     `json:"note,omitempty"`
-	DecidedAt      *time.Time `json:"decided_at,omitempty"`
-	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Requester is who asked, when the submission said (the Toolgate-Requester header), with the
+	// characters a reader could not see written as escapes, as in the arguments.
+	Requester  string     `json:"requester,omitempty"`
+	CreatedAt  *time.Time `json:"created_at"`
+	DeadlineAt *time.Time `json:"deadline_at"`
+	Note       string     `json:"note,omitempty"`
+	DecidedAt  *time.Time `json:"decided_at,omitempty"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 }
 
 // snapshot reads the state the page shows and, for each pending request, the channel closed when it
@@ -87,7 +90,7 @@ func decidedAt(req provider.Request) time.Time {
 func newPageItem(req provider.Request, key string) pageItem {
 	item := pageItem{
 		ID: req.ID, Tool: req.Tool, Status: req.Status, Arguments: prettyJSON(req.Arguments), IdempotencyKey: key,
-		CreatedAt: &req.CreatedAt, DeadlineAt: &req.DeadlineAt,
+		CreatedAt: &req.CreatedAt, DeadlineAt: &req.DeadlineAt, Requester: visibleText(req.Requester),
 	}
 	if d := req.Decision; d != nil {
 		item.Note, item.DecidedAt, item.ExpiresAt = d.Note, d.DecidedAt, d.ExpiresAt

@@ -21,13 +21,14 @@ import (
 // handlePage signs a browser in (?token=) or renders the page for a signed-in browser.
 func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("token") {
-		if !p.validToken(r.URL.Query().Get("token")) {
+		approver, ok := p.s.approverFor(r.URL.Query().Get("token"))
+		if !ok {
 			signInPage(w, "That token is not the admin credential of this provider.")
 			return
 		}
 		http.SetCookie(w, &http.Cookie{
 			Name:     sessionCookie,
-			Value:    p.newSession(p.s.clock.Now().Add(sessionLifetime)),
+			Value:    p.newSession(approver, p.s.clock.Now().Add(sessionLifetime)),
 			Path:     "/ui/",
 			MaxAge:   int(sessionLifetime / time.Second),
 			HttpOnly: true,
@@ -49,6 +50,7 @@ func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer
 	err = p.page.Execute(&buf, pageView{
+		Approver:       p.approver(r),
 		Snapshot:       snap,
 		DefaultMinutes: p.defaultMinutes(),
 		MaxMinutes:     p.maxMinutes(),
@@ -63,6 +65,7 @@ func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 
 // pageView is what page.html renders.
 type pageView struct {
+	Approver       string // who is signed in; their decisions record it
 	Snapshot       snapshot
 	DefaultMinutes int
 	MaxMinutes     int
@@ -243,6 +246,18 @@ func prettyJSON(doc []byte) string {
 }
 
 // writeJSONString writes s as a JSON string, escaping what a reader could not see (see prettyJSON).
+// visibleText is s with the characters a reader could not see or tell apart written as escapes, as
+// writeJSONString writes them, without the quotes.
+func visibleText(s string) string {
+	if s == "" {
+		return ""
+	}
+	var b strings.Builder
+	writeJSONString(&b, s)
+	out := b.String()
+	return out[1 : len(out)-1]
+}
+
 func writeJSONString(b *strings.Builder, s string) {
 	b.WriteByte('"')
 	for _, r := range s {

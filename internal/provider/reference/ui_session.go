@@ -3,7 +3,6 @@ package reference
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
 	"strconv"
@@ -16,9 +15,11 @@ import (
 // Authentication. The page is protected by the admin credential, exactly like the admin API: the
 // credential the admin API accepts (Options.AdminCredential, or Options.Credential when that is empty)
 // is the one the page accepts, so the page is available whenever the admin API is. A browser signs in
-// once by opening /ui/?token=<admin credential>: the page checks the token, sets a session cookie
+// once by opening /ui/?token=<admin credential> (or an approver's own credential, Options.Approvers,
+// which signs them in by name: their decisions record it): the page checks the token, sets a session cookie
 // (HttpOnly, SameSite=Strict, Path=/ui/, Secure over TLS) and redirects to /ui/, so the token leaves the
-// address bar and the browser history. The cookie holds an expiry and an HMAC of it under a key drawn
+// address bar and the browser history. The cookie holds an expiry, the approver's name and an HMAC of
+// both under a key drawn
 // at random when the server starts; it never holds the credential, cannot be used against the admin
 // API, ends after sessionLifetime, and restarting the provider ends every session. Everything under
 // /ui/ except the sign-in itself needs the cookie; an Authorization header is not accepted there.
@@ -39,43 +40,59 @@ func signInRequired() reply {
 		"no valid session: sign in by opening /ui/?token=<admin credential>")
 }
 
-// validToken reports whether token is the admin credential.
-func (p *approvalPage) validToken(token string) bool {
-	got := sha256.Sum256([]byte(token))
-	return token != "" && subtle.ConstantTimeCompare(got[:], p.s.admin[:]) == 1
-}
-
-// newSession returns a session cookie value that expires at expiry: "<unix seconds>.<mac>".
-func (p *approvalPage) newSession(expiry time.Time) string {
+// newSession returns a session cookie value for approver that expires at expiry:
+// "<unix seconds>.<approver, base64url>.<mac>".
+func (p *approvalPage) newSession(approver string, expiry time.Time) string {
 	exp := strconv.FormatInt(expiry.Unix(), 10)
-	return exp + "." + p.mac(exp)
+	who := base64.RawURLEncoding.EncodeToString([]byte(approver))
+	return exp + "." + who + "." + p.mac(exp, who)
 }
 
-func (p *approvalPage) mac(exp string) string {
+func (p *approvalPage) mac(exp, who string) string {
 	m := hmac.New(sha256.New, p.sessionKey)
-	m.Write([]byte("toolgate approval page session\x00" + exp))
+	m.Write([]byte("toolgate approval page session\x00" + exp + "\x00" + who))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 func (p *approvalPage) signedIn(r *http.Request) bool {
-	_, ok := p.sessionExpiry(r)
+	_, _, ok := p.sessionOf(r)
 	return ok
+}
+
+// approver is who signed the request's session in; empty without a valid session.
+func (p *approvalPage) approver(r *http.Request) string {
+	who, _, _ := p.sessionOf(r)
+	return who
 }
 
 // sessionExpiry returns when the request's session ends; ok is false without a valid session.
 func (p *approvalPage) sessionExpiry(r *http.Request) (expiry time.Time, ok bool) {
+	_, expiry, ok = p.sessionOf(r)
+	return expiry, ok
+}
+
+// sessionOf returns who signed the request's session in and when it ends; ok is false without a
+// valid session.
+func (p *approvalPage) sessionOf(r *http.Request) (approver string, expiry time.Time, ok bool) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return time.Time{}, false
+		return "", time.Time{}, false
 	}
-	exp, mac, found := strings.Cut(c.Value, ".")
-	if !found || !hmac.Equal([]byte(mac), []byte(p.mac(exp))) {
-		return time.Time{}, false
+	parts := strings.Split(c.Value, ".")
+	if len(parts) != 3 || !hmac.Equal([]byte(parts[2]), []byte(p.mac(parts[0], parts[1]))) {
+		return "", time.Time{}, false
 	}
-	unix, err := strconv.ParseInt(exp, 10, 64)
+	unix, err := strconv.ParseInt(parts[0], 10, 64)
 	if err != nil {
-		return time.Time{}, false
+		return "", time.Time{}, false
+	}
+	who, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil || len(who) == 0 {
+		return "", time.Time{}, false
 	}
 	expiry = time.Unix(unix, 0)
-	return expiry, p.s.clock.Now().Before(expiry)
+	if !p.s.clock.Now().Before(expiry) {
+		return "", time.Time{}, false
+	}
+	return string(who), expiry, true
 }

@@ -263,7 +263,7 @@ func TestApprovalPageValidatesDecisions(t *testing.T) {
 
 	approved := p.expectRequest(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":1440,"note":" ok "}`)), http.StatusOK)
 	p.g.Expect(approved.Decision.Status).To(Equal(provider.StatusApproved))
-	p.g.Expect(approved.Decision.Note).To(Equal("ok"))
+	p.g.Expect(approved.Decision.Note).To(Equal("ok (approved by admin)"), "trimmed, and who decided")
 	p.g.Expect(*approved.Decision.DecidedAt).To(BeTemporally("==", t0))
 	p.g.Expect(*approved.Decision.ExpiresAt).To(BeTemporally("==", t0.Add(24*time.Hour)), "the upper bound is allowed")
 
@@ -273,7 +273,7 @@ func TestApprovalPageValidatesDecisions(t *testing.T) {
 	other := p.create("key-2").ID
 	denied := p.expectRequest(p.decide(cookie, other, "deny", []byte(`{"note":"Not a duplicate charge."}`)), http.StatusOK)
 	p.g.Expect(denied.Decision.Status).To(Equal(provider.StatusDenied))
-	p.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate charge."))
+	p.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate charge. (denied by admin)"))
 	p.g.Expect(denied.Decision.ExpiresAt).To(BeNil())
 }
 
@@ -646,7 +646,7 @@ func TestApprovalPageInBrowser(t *testing.T) {
 	denied, err := p.srv.Get(emailReq.ID)
 	b.g.Expect(err).NotTo(HaveOccurred())
 	b.g.Expect(denied.Status).To(Equal(provider.StatusDenied))
-	b.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate charge."))
+	b.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate charge. (denied by admin)"))
 	b.g.Expect(denied.Decision.ExpiresAt).To(BeNil())
 
 	// Both show in the recent list.
@@ -654,7 +654,7 @@ func TestApprovalPageInBrowser(t *testing.T) {
 	b.g.Expect(b.text(`#recent-rows tr[data-id="` + refundReq.ID + `"] .status`)).To(Equal("approved"))
 	b.g.Expect(b.text(`#recent-rows tr[data-id="` + refundReq.ID + `"] .expires`)).To(Equal("2026-09-16T12:15:00Z"))
 	b.g.Expect(b.text(`#recent-rows tr[data-id="` + emailReq.ID + `"] .status`)).To(Equal("denied"))
-	b.g.Expect(b.text(`#recent-rows tr[data-id="` + emailReq.ID + `"] .note`)).To(Equal("Not a duplicate charge."))
+	b.g.Expect(b.text(`#recent-rows tr[data-id="` + emailReq.ID + `"] .note`)).To(Equal("Not a duplicate charge. (denied by admin)"))
 	b.g.Expect(b.text("#pending-empty")).To(ContainSubstring("No request is waiting"))
 
 	// A request submitted while the page is open appears without a reload, and leaves when cancelled.

@@ -45,6 +45,9 @@
     setText(article, ".key", req.idempotency_key);
     article.querySelector(".key").hidden = !req.idempotency_key;
     article.querySelector(".key-label").hidden = !req.idempotency_key;
+    setText(article, ".requester", req.requester);
+    article.querySelector(".requester").hidden = !req.requester;
+    article.querySelector(".requester-label").hidden = !req.requester;
     setText(article, ".created", req.created_at);
     setText(article, ".deadline", req.deadline_at);
     setText(article, ".arguments", req.arguments);
@@ -54,7 +57,7 @@
   function newRecent(req) {
     const row = recentTemplate.content.firstElementChild.cloneNode(true);
     row.dataset.id = req.id;
-    for (const [selector, text] of [[".tool", req.tool], [".status", req.status], [".note", req.note],
+    for (const [selector, text] of [[".tool", req.tool], [".requester", req.requester], [".status", req.status], [".note", req.note],
       [".decided", req.decided_at], [".expires", req.expires_at], [".id", req.id]]) {
       setText(row, selector, text);
     }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"toolgate.dev/toolgate/internal/provider"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// decide records who decided in the note: the approver whose credential it used, from
+// serve --approvers-file, or "admin" for the admin credential. list works with an approver's
+// credential; a credential nobody holds is refused.
+func TestDecideRecordsTheApprover(t *testing.T) {
+	g := NewWithT(t)
+	bin := th.Binary(t, "./cmd/reference-provider")
+	dir := t.TempDir()
+	credFile := writeCredential(t)
+	approvers := filepath.Join(dir, "approvers")
+	g.Expect(os.WriteFile(approvers, []byte("# name credential\nalice alice-credential\n\nbob bob-credential\n"), 0o600)).To(Succeed())
+	aliceFile, strangerFile := filepath.Join(dir, "alice"), filepath.Join(dir, "stranger")
+	g.Expect(os.WriteFile(aliceFile, []byte("alice-credential\n"), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(strangerFile, []byte("nobody-has-this\n"), 0o600)).To(Succeed())
+
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(dir, "provider.db"),
+		"--credential-file", credFile, "--approvers-file", approvers)
+	stdout, err := cmd.StdoutPipe()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	base := servedURL(t, stdout)
+
+	c, err := provider.NewHTTPClient(provider.Options{BaseURL: base, CredentialFile: credFile, RequestTimeout: 5 * time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	submit := func(key string) string {
+		req, err := c.Submit(context.Background(), provider.Submission{IdempotencyKey: key, Tool: "issue_refund",
+			Arguments: json.RawMessage(`{"amount":4900}`), Timeout: 30 * time.Minute})
+		g.Expect(err).NotTo(HaveOccurred())
+		return req.ID
+	}
+	decide := func(cred, id string, flags ...string) (provider.Request, error) {
+		var out bytes.Buffer
+		err := run(append([]string{"decide", "--url", base, "--credential-file", cred, "--id", id}, flags...), &out)
+		var req provider.Request
+		if err == nil {
+			g.Expect(json.Unmarshal(out.Bytes(), &req)).To(Succeed(), out.String())
+		}
+		return req, err
+	}
+
+	byAlice, err := decide(aliceFile, submit("k1"), "--approve", "--note", "Duplicate charge confirmed.")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(byAlice.Decision.Note).To(Equal("Duplicate charge confirmed. (approved by alice)"))
+
+	byAdmin, err := decide(credFile, submit("k2"), "--deny", "--note", "Not a duplicate.")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(byAdmin.Decision.Note).To(Equal("Not a duplicate. (denied by admin)"), "the admin credential (here the provider's) records admin")
+
+	_, err = decide(strangerFile, submit("k3"), "--approve")
+	g.Expect(err).To(MatchError(ContainSubstring("unauthenticated")))
+
+	var out bytes.Buffer
+	g.Expect(run([]string{"list", "--url", base, "--credential-file", aliceFile, "--status", "pending"}, &out)).To(Succeed())
+	g.Expect(out.String()).To(ContainSubstring("issue_refund"), "k3 is still pending")
+}
+
+func TestServeRefusesABadApproversFile(t *testing.T) {
+	for name, content := range map[string]string{
+		"one field":  "alice\n",
+		"duplicate":  "alice a1\nalice a2\n",
+		"bad name":   "al ice a1\n",
+		"admin name": "admin a1\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			path := filepath.Join(t.TempDir(), "approvers")
+			g.Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
+			err := run([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"),
+				"--credential-file", writeCredential(t), "--approvers-file", path}, &bytes.Buffer{})
+			g.Expect(err).To(HaveOccurred())
+		})
+	}
+}
