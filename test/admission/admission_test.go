@@ -260,6 +260,34 @@ func TestRequester(t *testing.T) {
 		g.Expect(got.Spec.Requester).To(Equal(want))
 	})
 
+	t.Run("a requester of another type is overwritten", func(t *testing.T) {
+		g := NewWithT(t)
+		u := toolCallU(ns, "typed", nil)
+		g.Expect(unstructured.SetNestedField(u.Object, "kubernetes-admin", "spec", "requester")).To(Succeed())
+		g.Expect(a.client.Create(ctx, u)).To(Succeed())
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "typed"}, got)).To(Succeed())
+		g.Expect(got.Spec.Requester).To(Equal(want))
+	})
+
+	t.Run("a malformed spec gets the CRD's message, not the policy's", func(t *testing.T) {
+		for name, spec := range map[string]any{"missing": nil, "a string": "refund", "a list": []any{"refund"}} {
+			t.Run(name, func(t *testing.T) {
+				g := NewWithT(t)
+				u := toolCallU(ns, "malformed", nil)
+				if spec == nil {
+					unstructured.RemoveNestedField(u.Object, "spec")
+				} else {
+					u.Object["spec"] = spec
+				}
+				err := a.client.Create(ctx, u)
+				g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid from the CRD's schema, got %v", err)
+				g.Expect(err.Error()).To(ContainSubstring("spec: "))
+				g.Expect(err.Error()).NotTo(ContainSubstring("policy"))
+			})
+		}
+	})
+
 	t.Run("a caller without uid or groups is recorded with empty ones", func(t *testing.T) {
 		g := NewWithT(t)
 		// The admin of envtest authenticates with a client certificate: no uid.
@@ -322,15 +350,37 @@ func TestRequester(t *testing.T) {
 	})
 }
 
-func toolCallU(ns, name string, requester map[string]any) client.Object {
-	return &unstructured.Unstructured{Object: map[string]any{
+// TestPoliciesFailClosed: every policy config/admission ships refuses what it cannot evaluate.
+func TestPoliciesFailClosed(t *testing.T) {
+	g := NewWithT(t)
+	objs, err := testenv.AdmissionObjects()
+	g.Expect(err).NotTo(HaveOccurred())
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		if o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "MutatingAdmissionPolicy" {
+			policy, _, _ := unstructured.NestedString(o.Object, "spec", "failurePolicy")
+			g.Expect(policy).To(Equal("Fail"), "%s %s must fail closed: set spec.failurePolicy: Fail", o.GetKind(), o.GetName())
+		}
+	}
+	g.Expect(kinds).To(Equal(map[string]int{
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
+	}))
+}
+
+func toolCallU(ns, name string, requester map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolCall",
 		"metadata": map[string]any{"namespace": ns, "name": name},
 		"spec": map[string]any{
 			"tool": "issue_refund", "arguments": map[string]any{"amount": int64(1)}, "waitingLimit": "45m",
-			"requester": requester,
 		},
 	}}
+	if requester != nil {
+		u.Object["spec"].(map[string]any)["requester"] = requester
+	}
+	return u
 }
 
 func TestToolNamingConvention(t *testing.T) {

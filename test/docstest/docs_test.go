@@ -9,6 +9,7 @@
 //     health check expressions there give the right status for every phase when evaluated with CEL
 //     the way Flux evaluates them.
 //   - The validation messages of the CRDs are quoted in docs/troubleshooting.md.
+//   - The admission policies of config/admission are named in docs/troubleshooting.md.
 //   - The ClusterRoles the docs bind exist in config/rbac.
 //   - Relative links (and their #anchors) in docs/*.md and README.md resolve.
 package docs_test
@@ -486,6 +487,36 @@ func TestTroubleshootingQuotesEveryValidationMessage(t *testing.T) {
 		g.Expect(doc).To(ContainSubstring("`"+m+"`"), "the CRD validation message %q is not quoted in the admission errors of docs/troubleshooting.md", m)
 	}
 	g.Expect(gitops).To(ContainSubstring("spec is immutable: what a human approved is what runs; create a new ToolCall instead"))
+}
+
+// Every admission policy config/admission ships is named in docs/troubleshooting.md, as config/default
+// names it: a refusal quotes the policy's name, and the reader looks it up.
+func TestTroubleshootingNamesEveryAdmissionPolicy(t *testing.T) {
+	g := NewWithT(t)
+	doc := readFile(t, "docs/troubleshooting.md")
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	g.Expect(yaml.Unmarshal([]byte(readFile(t, "config/admission/kustomization.yaml")), &kustomization)).To(Succeed())
+	var names []string
+	for _, file := range kustomization.Resources {
+		for _, part := range strings.Split(readFile(t, "config/admission/"+file), "\n---") {
+			var obj struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			g.Expect(yaml.Unmarshal([]byte(part), &obj)).To(Succeed(), file)
+			if strings.HasSuffix(obj.Kind, "AdmissionPolicy") {
+				names = append(names, "toolgate-"+obj.Metadata.Name)
+			}
+		}
+	}
+	g.Expect(names).To(ContainElement("toolgate-toolcall-authorization"))
+	for _, name := range names {
+		g.Expect(doc).To(ContainSubstring("'"+name+"'"), "docs/troubleshooting.md does not say what a refusal or warning of %s means", name)
+	}
 }
 
 func TestDocumentedClusterRolesExist(t *testing.T) {
