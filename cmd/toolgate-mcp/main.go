@@ -32,7 +32,8 @@ const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/na
 func main() {
 	var (
 		listen, namespace, logLevel string
-		stdio                       bool
+		audience, resourceURL       string
+		stdio, unauthenticated      bool
 		sessionTimeout              time.Duration
 		o                           mcpgateway.Options
 	)
@@ -44,6 +45,9 @@ func main() {
 	flag.BoolVar(&o.Progress, "progress", true, "Send notifications/progress with the ToolCall's phase to clients that ask for progress.")
 	flag.DurationVar(&o.PingInterval, "ping-interval", mcpgateway.DefaultPingInterval, "How often a call in progress over HTTP pings its client; a client that is gone has its call abandoned within two intervals (negative: never ping).")
 	flag.DurationVar(&sessionTimeout, "session-timeout", 0, "Close HTTP sessions idle for this long (0: never).")
+	flag.StringVar(&audience, "token-audience", "toolgate-mcp", "Over HTTP, the audience callers' bearer tokens must be issued for (e.g. a projected ServiceAccount token with this audience).")
+	flag.StringVar(&resourceURL, "url", "", "Over HTTP, the endpoint as clients reach it, e.g. https://toolgate-mcp.payments.svc:8090/mcp (the resource of the OAuth protected resource metadata a 401 names). Default: http://<--listen>/mcp.")
+	flag.BoolVar(&unauthenticated, "unauthenticated", false, "Over HTTP, do not authenticate callers: every ToolCall is created as the gateway's own identity. Only behind something that authenticates them.")
 	flag.StringVar(&logLevel, "log-level", "info", "Log level on stderr: debug, info, warn or error.")
 	flag.Parse()
 
@@ -84,7 +88,19 @@ func main() {
 	if err != nil {
 		fail(1, "building the Kubernetes client: %v", err)
 	}
-	g := mcpgateway.New(c, namespace, o)
+	if !stdio && !unauthenticated {
+		if audience == "" {
+			fail(2, "--token-audience is empty: pass the audience callers' tokens are issued for, e.g. toolgate-mcp (or --unauthenticated)")
+		}
+		if resourceURL == "" {
+			resourceURL = "http://" + listen + "/mcp"
+		}
+		o.Auth = &mcpgateway.Auth{Config: cfg, Audiences: []string{audience}, ResourceURL: resourceURL}
+	}
+	g, err := mcpgateway.New(c, namespace, o)
+	if err != nil {
+		fail(2, "%v", err)
+	}
 
 	signals, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -122,7 +138,7 @@ func main() {
 		Handler:           g.HTTPHandler(&mcp.StreamableHTTPOptions{Logger: logger, SessionTimeout: sessionTimeout}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "namespace", namespace)
+	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "namespace", namespace, "authenticated", o.Auth != nil)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -32,13 +33,21 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			return errorResult(err.Error(), nil), nil
 		}
 
+		calls, refusal := g.callsFor(ctx, name, req.Extra)
+		if refusal != nil {
+			return refusal, nil
+		}
+
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		session := ""
+		session, owner := "", ""
 		if req.Session != nil {
 			session = req.Session.ID()
 		}
-		untrack, ok := g.track(session, cancel)
+		if req.Extra != nil {
+			owner = ownerOf(req.Extra.TokenInfo)
+		}
+		untrack, ok := g.track(session, owner, cancel)
 		if !ok {
 			return errorResult(fmt.Sprintf("The call to %s did not run: the gateway is shutting down. Call it again once the gateway is back.", name), nil), nil
 		}
@@ -52,7 +61,7 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			o.Progress = g.progress(ctx, req.Session, token)
 		}
 
-		res, err := g.calls.Call(ctx, name, args, limit, o)
+		res, err := calls.Call(ctx, name, args, limit, o)
 		if ctx.Err() != nil {
 			// The client cancelled the request, closed its session or is gone: Call deleted the
 			// ToolCall, which cancels its approval request. Nobody is left to read a result.
@@ -63,7 +72,7 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			return nil, context.Cause(ctx)
 		}
 		if err != nil {
-			return g.explain(name, res, err), nil
+			return g.explain(name, caller(req.Extra), res, err), nil
 		}
 		text := res.Output
 		if text == "" {
@@ -74,6 +83,32 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			Content: []mcp.Content{&mcp.TextContent{Text: text}},
 		}, nil
 	}
+}
+
+// callsFor returns the client that creates a call's ToolCall: as the authenticated caller (after
+// checking that the caller may call the tool), or as the gateway itself when callers are not
+// authenticated. Otherwise it returns the tool error that refuses the call.
+func (g *Gateway) callsFor(ctx context.Context, tool string, extra *mcp.RequestExtra) (*toolcall.Client, *mcp.CallToolResult) {
+	if g.callers == nil || extra == nil || extra.Header == nil {
+		return g.calls, nil // stdio, or HTTP without authentication
+	}
+	u := caller(extra)
+	if u == nil {
+		return nil, errorResult(fmt.Sprintf("The call to %s did not run: the caller is not authenticated. Send a bearer token.", tool), nil)
+	}
+	allowed, err := g.callers.mayCall(ctx, g.namespace, u, tool)
+	if err != nil {
+		return nil, errorResult(fmt.Sprintf("The call to %s did not run: %v", tool, err), nil)
+	}
+	if !allowed {
+		return nil, errorResult(fmt.Sprintf("The call to %s did not run: %s may not call it. An admin grants it with RBAC verb %q on tools.toolgate.dev, resourceName %q, in namespace %s.",
+			tool, u.Username, VerbCall, tool, g.namespace), nil)
+	}
+	calls, err := g.callers.callsAs(g.namespace, u)
+	if err != nil {
+		return nil, errorResult(fmt.Sprintf("The call to %s did not run: %v", tool, err), nil)
+	}
+	return calls, nil
 }
 
 // waitingLimit reads MetaWaitingLimit from a call's _meta, or returns def.
@@ -140,11 +175,14 @@ func (g *Gateway) progress(ctx context.Context, ss *mcp.ServerSession, token any
 }
 
 // explain turns a Call error into a tool error result the agent can read and act on.
-func (g *Gateway) explain(tool string, res *toolcall.Result, err error) *mcp.CallToolResult {
+func (g *Gateway) explain(tool string, u *authenticationv1.UserInfo, res *toolcall.Result, err error) *mcp.CallToolResult {
 	var te *toolcall.Error
 	if !errors.As(err, &te) {
 		msg := fmt.Sprintf("The call to %s did not complete: %v", tool, err)
-		if apierrors.IsForbidden(err) {
+		switch {
+		case apierrors.IsForbidden(err) && u != nil:
+			msg += fmt.Sprintf(" (%s needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace %s, e.g. the ClusterRole of config/rbac/toolcall_agent_role.yaml bound there, and verb %q on tools.toolgate.dev with resourceName %q)", u.Username, g.namespace, VerbCall, tool)
+		case apierrors.IsForbidden(err):
 			msg += " (the gateway's identity needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace " + g.namespace + ": bind the ClusterRole of config/rbac/mcp_gateway_role.yaml there with a RoleBinding)"
 		}
 		return errorResult(msg, nil)

@@ -65,6 +65,10 @@ type Options struct {
 	// whose client disappeared is abandoned within two intervals. Default DefaultPingInterval;
 	// negative turns the check off. stdio sessions end with their pipe and are not pinged.
 	PingInterval time.Duration
+	// Auth authenticates the callers of the streamable HTTP endpoint and acts as each of them (see
+	// Auth). Nil: HTTP callers are not authenticated and every ToolCall is created as the gateway's
+	// own identity, as over stdio.
+	Auth *Auth
 	// Labels are added to every ToolCall the gateway creates, besides LabelVia=mcp.
 	Labels map[string]string
 	// Logger receives the gateway's own log lines. Default: slog.Default().
@@ -76,7 +80,8 @@ type Gateway struct {
 	c         client.WithWatch
 	namespace string
 	opts      Options
-	calls     *toolcall.Client
+	calls     *toolcall.Client // as the gateway's own identity
+	callers   *callers         // nil without Options.Auth
 	server    *mcp.Server
 	log       *slog.Logger
 
@@ -89,7 +94,10 @@ type Gateway struct {
 	running    sync.WaitGroup // calls in progress
 }
 
-type inflightCall struct{ cancel context.CancelCauseFunc }
+type inflightCall struct {
+	owner  string // the authenticated caller, if any
+	cancel context.CancelCauseFunc
+}
 
 // The causes with which a call in progress is abandoned.
 var (
@@ -97,9 +105,10 @@ var (
 	errGatewayClosed = errors.New("the MCP gateway is shutting down")
 )
 
-// New returns a gateway for the Tools of namespace. c needs get/list/watch on tools and
-// create/get/list/watch/delete on toolcalls in that namespace.
-func New(c client.WithWatch, namespace string, o Options) *Gateway {
+// New returns a gateway for the Tools of namespace. c needs get/list/watch on tools and, for the
+// calls it makes as itself (stdio, or HTTP without Options.Auth), create/get/list/watch/delete on
+// toolcalls in that namespace.
+func New(c client.WithWatch, namespace string, o Options) (*Gateway, error) {
 	if o.WaitingLimit <= 0 {
 		o.WaitingLimit = DefaultWaitingLimit
 	}
@@ -122,6 +131,12 @@ func New(c client.WithWatch, namespace string, o Options) *Gateway {
 		published: map[string]string{},
 		inflight:  map[string]map[*inflightCall]struct{}{},
 	}
+	if o.Auth != nil {
+		var err error
+		if g.callers, err = newCallers(o.Auth); err != nil {
+			return nil, err
+		}
+	}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "Toolgate", Version: version()}, &mcp.ServerOptions{
 		Instructions: fmt.Sprintf("These tools are the Toolgate Tools of Kubernetes namespace %s. "+
 			"Every call waits until a human approves it, which may take minutes, and may be denied: "+
@@ -131,7 +146,7 @@ func New(c client.WithWatch, namespace string, o Options) *Gateway {
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	g.server.AddReceivingMiddleware(g.freshTools)
-	return g
+	return g, nil
 }
 
 // Server is the MCP server, e.g. for Server().Run(ctx, &mcp.StdioTransport{}).

@@ -21,6 +21,7 @@ import (
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -45,20 +46,36 @@ type world struct {
 
 func newWorld(t *testing.T, o Options) *world {
 	t.Helper()
+	return newWorldAs(t, o, func(*th.Harness) *rest.Config { return env.Config })
+}
+
+// newWorldAs is newWorld with the gateway running as the identity identity returns for the
+// scenario's harness.
+func newWorldAs(t *testing.T, o Options, identity func(*th.Harness) *rest.Config) *world {
+	t.Helper()
 	h := th.New(t, env)
-	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllers.Scheme()})
+	cfg := identity(h)
+	if o.Auth != nil {
+		o.Auth.Config = cfg
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: controllers.Scheme()})
 	h.G.Expect(err).NotTo(HaveOccurred())
 	if o.Logger == nil && os.Getenv("TOOLGATE_TEST_VERBOSE") == "" {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	gw := New(c, h.NS, o)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	h.G.Expect(err).NotTo(HaveOccurred())
+	url := "http://" + ln.Addr().String() + "/mcp"
+	if o.Auth != nil && o.Auth.ResourceURL == "" {
+		o.Auth.ResourceURL = url
+	}
+	gw, err := New(c, h.NS, o)
+	h.G.Expect(err).NotTo(HaveOccurred())
 
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- gw.Run(ctx) }()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	h.G.Expect(err).NotTo(HaveOccurred())
 	srv := &http.Server{Handler: gw.HTTPHandler(&mcp.StreamableHTTPOptions{Logger: o.Logger}), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -77,7 +94,7 @@ func newWorld(t *testing.T, o Options) *world {
 			t.Errorf("serving HTTP: %v", err)
 		}
 	})
-	return &world{Harness: h, gw: gw, url: "http://" + ln.Addr().String() + "/mcp"}
+	return &world{Harness: h, gw: gw, url: url}
 }
 
 // connect opens an MCP session with the SDK's own client over the streamable HTTP transport.

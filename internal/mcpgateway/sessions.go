@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -18,20 +19,32 @@ import (
 // ToolCalls are deleted, which cancels their approval requests.
 func (g *Gateway) HTTPHandler(opts *mcp.StreamableHTTPOptions) http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodDelete {
 			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
-				g.abandonSession(id)
+				g.abandonSession(id, ownerOf(auth.TokenInfoFromContext(r.Context())))
 			}
 		}
 		h.ServeHTTP(w, r)
 	})
+	if g.callers != nil {
+		handler = g.callers.handler(handler)
+	}
+	return handler
+}
+
+// ownerOf is the authenticated caller a session belongs to ("" without authentication).
+func ownerOf(ti *auth.TokenInfo) string {
+	if ti == nil {
+		return ""
+	}
+	return ti.UserID
 }
 
 // track records a call in progress for its session and returns the function that forgets it, or
 // false once the gateway is closed.
-func (g *Gateway) track(session string, cancel context.CancelCauseFunc) (func(), bool) {
-	call := &inflightCall{cancel: cancel}
+func (g *Gateway) track(session, owner string, cancel context.CancelCauseFunc) (func(), bool) {
+	call := &inflightCall{owner: owner, cancel: cancel}
 	g.inflightMu.Lock()
 	defer g.inflightMu.Unlock()
 	if g.closed {
@@ -53,13 +66,16 @@ func (g *Gateway) track(session string, cancel context.CancelCauseFunc) (func(),
 	}, true
 }
 
-// abandonSession cancels the calls in progress of a session that is ending.
-func (g *Gateway) abandonSession(session string) {
+// abandonSession cancels the calls in progress of a session that its owner is ending. (The SDK
+// refuses to end a session for anyone else, once its calls have returned.)
+func (g *Gateway) abandonSession(session, owner string) {
 	g.inflightMu.Lock()
 	calls := slices.Collect(maps.Keys(g.inflight[session]))
 	g.inflightMu.Unlock()
 	for _, c := range calls {
-		c.cancel(errSessionClosed)
+		if c.owner == owner {
+			c.cancel(errSessionClosed)
+		}
 	}
 }
 

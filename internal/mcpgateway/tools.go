@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -140,7 +141,7 @@ func (g *Gateway) freshTools(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
 		case "tools/list":
-			return g.listTools(ctx)
+			return g.listTools(ctx, req.GetExtra())
 		case "tools/call":
 			r, ok := req.(*mcp.CallToolRequest)
 			if !ok || r.Params == nil || g.isPublished(r.Params.Name) {
@@ -162,15 +163,31 @@ func (g *Gateway) freshTools(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// listTools answers tools/list with the namespace's Tools read from the apiserver, by name.
-func (g *Gateway) listTools(ctx context.Context) (*mcp.ListToolsResult, error) {
+// listTools answers tools/list with the namespace's Tools read from the apiserver, by name: those
+// the caller may call when callers are authenticated.
+func (g *Gateway) listTools(ctx context.Context, extra *mcp.RequestExtra) (*mcp.ListToolsResult, error) {
 	tools, err := g.readTools(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defs := g.toolDefinitions(tools)
+	var u *authenticationv1.UserInfo
+	if g.callers != nil && extra != nil && extra.Header != nil {
+		if u = caller(extra); u == nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the caller is not authenticated: send a bearer token"}
+		}
+	}
 	res := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, 0, len(defs))}
 	for _, name := range slices.Sorted(maps.Keys(defs)) {
+		if u != nil {
+			ok, err := g.callers.mayCall(ctx, g.namespace, u, name)
+			if err != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+			}
+			if !ok {
+				continue
+			}
+		}
 		res.Tools = append(res.Tools, defs[name])
 	}
 	return res, nil

@@ -1,0 +1,320 @@
+package mcpgateway
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/pkg/toolcall"
+	"toolgate.dev/toolgate/test/testenv"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+const testAudience = "toolgate-mcp"
+
+// newAuthWorld is a world whose gateway authenticates its HTTP callers with ServiceAccount tokens
+// for testAudience, and runs as a user that holds nothing but the ClusterRoles of
+// config/rbac/mcp_gateway_role.yaml, installed as shipped and bound as their comment says: the
+// tests prove that they are all the gateway needs.
+func newAuthWorld(t *testing.T) *world {
+	t.Helper()
+	return newWorldAs(t, Options{WaitingLimit: 10 * time.Minute, Auth: &Auth{Audiences: []string{testAudience}}}, func(h *th.Harness) *rest.Config {
+		cfg := gatewayIdentity(h)
+		g := h.G
+		g.Expect(h.K8s.Create(context.Background(), &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: "mcp-gateway"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcp-gateway"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: gatewayUser}},
+		})).To(Succeed())
+		c, err := client.New(cfg, client.Options{Scheme: toolcall.Scheme()})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func() error {
+			return c.List(context.Background(), &tg.ToolList{}, client.InNamespace(h.NS))
+		}).Should(Succeed(), "the gateway's role binding takes effect")
+		return cfg
+	})
+}
+
+const gatewayUser = "toolgate-test-mcp-gateway"
+
+var gatewayOnce struct {
+	sync.Once
+	cfg *rest.Config
+	err error
+}
+
+// gatewayIdentity installs the gateway's ClusterRoles as shipped, binds the authenticator role
+// cluster-wide to gatewayUser, and returns that user's configuration (once per process).
+func gatewayIdentity(h *th.Harness) *rest.Config {
+	gatewayOnce.Do(func() {
+		gatewayOnce.cfg, gatewayOnce.err = installGatewayIdentity()
+	})
+	h.G.Expect(gatewayOnce.err).NotTo(HaveOccurred())
+	return gatewayOnce.cfg
+}
+
+func installGatewayIdentity() (*rest.Config, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "mcp_gateway_role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		role := &rbacv1.ClusterRole{}
+		if err := yaml.UnmarshalStrict([]byte(doc), role); err != nil {
+			return nil, fmt.Errorf("config/rbac/mcp_gateway_role.yaml: %w", err)
+		}
+		if err := env.Client.Create(ctx, role); err != nil {
+			return nil, err
+		}
+	}
+	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "mcp-gateway-authenticator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcp-gateway-authenticator"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: gatewayUser}},
+	}); err != nil {
+		return nil, err
+	}
+	user, err := env.Env.AddUser(envtest.User{Name: gatewayUser}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return user.Config(), nil
+}
+
+// serviceAccount creates a ServiceAccount in the world's namespace, grants it the given Roles'
+// rules there, and returns a token for it issued by the apiserver (TokenRequest) for audience.
+func (w *world) serviceAccount(name, audience string, rules ...rbacv1.PolicyRule) string {
+	w.T.Helper()
+	ctx := context.Background()
+	g := w.G
+	g.Expect(w.K8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: w.NS, Name: name}})).To(Succeed())
+	if len(rules) > 0 {
+		g.Expect(w.K8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: w.NS, Name: name}, Rules: rules})).To(Succeed())
+		g.Expect(w.K8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: w.NS, Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: w.NS, Name: name}},
+		})).To(Succeed())
+	}
+	return w.token(name, audience)
+}
+
+func (w *world) token(sa, audience string) string {
+	w.T.Helper()
+	kube, err := kubernetes.NewForConfig(env.Config)
+	w.G.Expect(err).NotTo(HaveOccurred())
+	tr, err := kube.CoreV1().ServiceAccounts(w.NS).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	w.G.Expect(err).NotTo(HaveOccurred())
+	return tr.Status.Token
+}
+
+// mayCallRule grants RBAC verb call on the named tools; agentRule what an agent needs on ToolCalls.
+func mayCallRule(tools ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{tg.GroupVersion.Group}, Resources: []string{"tools"}, Verbs: []string{VerbCall}, ResourceNames: tools}
+}
+
+var agentRule = rbacv1.PolicyRule{APIGroups: []string{tg.GroupVersion.Group}, Resources: []string{"toolcalls"}, Verbs: []string{"create", "get", "list", "watch", "delete"}}
+
+// reSigned returns token with its exp, iat and nbf moved by shift, signed again with the envtest
+// apiserver's ServiceAccount signing key: the same token, expired (or not) by the cluster's own
+// signer.
+func reSigned(g *WithT, token string, shift time.Duration) string {
+	parts := strings.Split(token, ".")
+	g.Expect(parts).To(HaveLen(3))
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	g.Expect(err).NotTo(HaveOccurred())
+	claims := map[string]any{}
+	g.Expect(json.Unmarshal(payload, &claims)).To(Succeed())
+	for _, k := range []string{"exp", "iat", "nbf"} {
+		if v, ok := claims[k].(float64); ok {
+			claims[k] = int64(v) + int64(shift.Seconds())
+		}
+	}
+	payload, err = json.Marshal(claims)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	keyPEM, err := os.ReadFile(filepath.Join(env.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"))
+	g.Expect(err).NotTo(HaveOccurred())
+	block, _ := pem.Decode(keyPEM)
+	g.Expect(block).NotTo(BeNil())
+	var key any
+	if key, err = x509.ParsePKCS8PrivateKey(block.Bytes); err != nil {
+		if key, err = x509.ParseECPrivateKey(block.Bytes); err != nil {
+			key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+		}
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	signed := parts[0] + "." + base64.RawURLEncoding.EncodeToString(payload)
+	sum := sha256.Sum256([]byte(signed))
+	var sig []byte
+	switch k := key.(type) {
+	case *rsa.PrivateKey: // RS256
+		sig, err = rsa.SignPKCS1v15(rand.Reader, k, crypto.SHA256, sum[:])
+		g.Expect(err).NotTo(HaveOccurred())
+	case *ecdsa.PrivateKey: // ES256: r and s, 32 bytes each
+		r, s, err := ecdsa.Sign(rand.Reader, k, sum[:])
+		g.Expect(err).NotTo(HaveOccurred())
+		sig = append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...)
+	default:
+		g.Expect(key).To(BeNil(), "an unexpected signing key type %T", key)
+	}
+	return signed + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// initialize sends an MCP initialize request with the given bearer token ("" for none).
+func (w *world) initialize(token string) *http.Response {
+	w.T.Helper()
+	req, err := http.NewRequest(http.MethodPost, w.url, strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	w.G.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	w.G.Expect(err).NotTo(HaveOccurred())
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connectAs opens an MCP session with the Go SDK's client, sending token on every request.
+func (w *world) connectAs(token string) *mcp.ClientSession {
+	w.T.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "v1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: w.url, HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+	w.G.Expect(err).NotTo(HaveOccurred())
+	w.T.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// Requests without a valid ServiceAccount token for the gateway's audience get 401 with the
+// WWW-Authenticate challenge of the MCP authorization spec, naming the protected resource metadata,
+// which is served without a token. A token for another audience, an expired token (signed by the
+// cluster's own key) and no token are refused; a valid token is accepted.
+func TestHTTPCallersAreAuthenticatedWithServiceAccountTokens(t *testing.T) {
+	w := newAuthWorld(t)
+	g := w.G
+	valid := w.serviceAccount("agent", testAudience)
+	wantChallenge := `Bearer resource_metadata="` + strings.Replace(w.url, "/mcp", "/.well-known/oauth-protected-resource/mcp", 1) + `"`
+
+	for name, token := range map[string]string{
+		"no token":         "",
+		"another audience": w.token("agent", "someone-else"),
+		"expired":          reSigned(g, valid, -2*time.Hour),
+		"not a token":      "abc",
+	} {
+		resp := w.initialize(token)
+		g.Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), name)
+		g.Expect(resp.Header.Values("WWW-Authenticate")).To(ConsistOf(wantChallenge), name)
+	}
+	g.Expect(w.initialize(valid).StatusCode).To(Equal(http.StatusOK), "a valid token")
+	g.Expect(w.initialize(reSigned(g, valid, 0)).StatusCode).To(Equal(http.StatusOK),
+		"the same token signed again by the test without changing its times is valid: only the expiry made the difference")
+
+	resp, err := http.Get(strings.Replace(w.url, "/mcp", "/.well-known/oauth-protected-resource/mcp", 1))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(body)).To(MatchJSON(`{"resource":"` + w.url + `","bearer_methods_supported":["header"],"resource_name":"Toolgate MCP gateway"}`))
+}
+
+// An authenticated caller sees only the Tools it may call (RBAC verb call on tools, resourceName
+// the toolName), may call only those, and its ToolCalls are created as itself: a caller that may
+// call the tool but not create ToolCalls is refused by the apiserver under its own name.
+func TestCallersListAndCallOnlyTheirToolsAndActAsThemselves(t *testing.T) {
+	w := newAuthWorld(t)
+	g := w.G
+	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	w.Tool("restart-pod", "restart_pod", "")
+	w.Tool("lookup", "lookup_order", "")
+	refunder := w.serviceAccount("refunder", testAudience, mayCallRule("issue_refund", "lookup_order"), agentRule)
+	noCreate := w.serviceAccount("no-create", testAudience, mayCallRule("issue_refund"))
+	nobody := w.serviceAccount("nobody", testAudience)
+
+	names := func(token string) []string {
+		res, err := w.connectAs(token).ListTools(context.Background(), nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		var out []string
+		for _, t := range res.Tools {
+			out = append(out, t.Name)
+		}
+		return out
+	}
+	g.Expect(names(refunder)).To(Equal([]string{"issue_refund", "lookup_order"}))
+	g.Expect(names(noCreate)).To(Equal([]string{"issue_refund"}))
+	g.Expect(names(nobody)).To(BeEmpty())
+
+	// A call of a tool the caller may not call is refused before any ToolCall exists.
+	cs := w.connectAs(refunder)
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "restart_pod", Arguments: map[string]any{}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(text(res)).To(ContainSubstring(`system:serviceaccount:` + w.NS + `:refunder may not call it. An admin grants it with RBAC verb "call" on tools.toolgate.dev, resourceName "restart_pod"`))
+
+	// The apiserver judges the ToolCall's creation as the caller.
+	res, err = w.connectAs(noCreate).CallTool(context.Background(), &mcp.CallToolParams{Name: "issue_refund", Arguments: json.RawMessage(th.RefundArgs)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.IsError).To(BeTrue())
+	g.Expect(text(res)).To(ContainSubstring(`User "system:serviceaccount:` + w.NS + `:no-create" cannot create resource "toolcalls"`))
+	list := &tg.ToolCallList{}
+	g.Expect(w.K8s.List(context.Background(), list, client.InNamespace(w.NS))).To(Succeed())
+	g.Expect(list.Items).To(BeEmpty())
+
+	// A caller with both calls the tool as itself, and its call runs its course.
+	done := w.call(context.Background(), cs, &mcp.CallToolParams{Name: "issue_refund", Arguments: json.RawMessage(th.RefundArgs)})
+	name := w.toolCallName()
+	_, err = w.Provider.Decide(w.PendingRequest(name).ID, "denied", "not today", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	o := w.outcome(done)
+	g.Expect(o.err).NotTo(HaveOccurred())
+	g.Expect(text(o.res)).To(ContainSubstring("a human denied it"))
+}
