@@ -309,9 +309,17 @@ func TestCallersListAndCallOnlyTheirToolsAndActAsThemselves(t *testing.T) {
 	g.Expect(w.K8s.List(context.Background(), list, client.InNamespace(w.NS))).To(Succeed())
 	g.Expect(list.Items).To(BeEmpty())
 
-	// A caller with both calls the tool as itself, and its call runs its course.
+	// A caller with both calls the tool as itself: admission records it as the requester, with the
+	// uid of its ServiceAccount and the groups the apiserver gives it. Its call runs its course.
 	done := w.call(context.Background(), cs, &mcp.CallToolParams{Name: "issue_refund", Arguments: json.RawMessage(th.RefundArgs)})
 	name := w.toolCallName()
+	sa := &corev1.ServiceAccount{}
+	g.Expect(w.K8s.Get(context.Background(), client.ObjectKey{Namespace: w.NS, Name: "refunder"}, sa)).To(Succeed())
+	requester := w.Get(name).Spec.Requester
+	g.Expect(requester).NotTo(BeNil())
+	g.Expect(requester.Username).To(Equal("system:serviceaccount:" + w.NS + ":refunder"))
+	g.Expect(requester.UID).To(Equal(string(sa.UID)))
+	g.Expect(requester.Groups).To(ContainElements("system:serviceaccounts", "system:serviceaccounts:"+w.NS, "system:authenticated"))
 	_, err = w.Provider.Decide(w.PendingRequest(name).ID, "denied", "not today", nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	o := w.outcome(done)
