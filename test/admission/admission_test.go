@@ -302,6 +302,22 @@ func TestRequester(t *testing.T) {
 		g.Expect(env.Client.Update(ctx, tc)).To(Succeed(), "a metadata update that sends the requester back as read")
 	})
 
+	t.Run("survives a GitOps tool applying the same manifest again", func(t *testing.T) {
+		g := NewWithT(t)
+		// Flux applies server-side; the manifest has no requester. Applying it again, and with a new
+		// label, must neither drop the recorded requester nor trip the immutability rule.
+		for _, labels := range []map[string]string{nil, nil, {"synced": "yes"}} {
+			u := toolCallU(ns, "gitops", nil)
+			u.SetLabels(labels)
+			g.Expect(env.Client.Patch(ctx, u, client.Apply, client.FieldOwner("kustomize-controller"), client.ForceOwnership)).To(Succeed())
+		}
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "gitops"}, got)).To(Succeed())
+		g.Expect(got.Labels).To(HaveKeyWithValue("synced", "yes"))
+		g.Expect(got.Spec.Requester).NotTo(BeNil())
+		g.Expect(got.Spec.Requester.Groups).To(ContainElement("system:masters"), "the admin who applied it")
+	})
+
 	t.Run("cannot be changed afterwards", func(t *testing.T) {
 		tc := toolCall(ns, "immutable", "issue_refund")
 		NewWithT(t).Expect(a.client.Create(ctx, tc)).To(Succeed())
