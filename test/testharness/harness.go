@@ -41,6 +41,21 @@ import (
 // Credential is the provider instance credential every harness uses.
 const Credential = "test-instance-credential"
 
+// ProfileEnv names the environment variable that chooses the reference provider's wire format for
+// every harness of a test run: "full" (the default) or "seed" (exactly the seed's HTTP example: no
+// arguments_sha256, plain-text errors, no cancel endpoint). `make test` runs the controller scenarios
+// once with each.
+const ProfileEnv = "TOOLGATE_PROVIDER_PROFILE"
+
+// Profile is the reference provider profile ProfileEnv chooses.
+func Profile() (reference.Profile, error) {
+	p, err := reference.ParseProfile(os.Getenv(ProfileEnv))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", ProfileEnv, err)
+	}
+	return p, nil
+}
+
 // RefundSchema and RefundArgs are the design's refund example.
 const (
 	RefundSchema = `{"type":"object","required":["payment_id","amount","currency"],"properties":{"payment_id":{"type":"string"},"amount":{"type":"integer","minimum":1},"currency":{"enum":["GBP","EUR","USD"]}},"additionalProperties":false}`
@@ -122,6 +137,11 @@ func WithProviderTLS(cert tls.Certificate) Option {
 	return func(h *Harness) { h.providerTLS = &cert }
 }
 
+// WithProfile serves the reference provider in profile p, whatever ProfileEnv says.
+func WithProfile(p reference.Profile) Option {
+	return func(h *Harness) { h.providerOpts.Profile = p }
+}
+
 // WithoutManager leaves the manager stopped: the test starts it (Start) or runs its own.
 func WithoutManager() Option { return func(h *Harness) { h.noManager = true } }
 
@@ -146,7 +166,9 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 		ns = ns[:60]
 	}
 	h := &Harness{T: t, G: g, Env: env, K8s: env.Client, NS: strings.TrimRight(ns, "-")}
-	h.providerOpts = reference.Options{Credential: Credential}
+	profile, err := Profile()
+	g.Expect(err).NotTo(HaveOccurred())
+	h.providerOpts = reference.Options{Credential: Credential, Profile: profile}
 	h.CredFile = filepath.Join(t.TempDir(), "credential")
 	h.clientOpts = provider.Options{
 		CredentialFile: h.CredFile,
@@ -189,6 +211,10 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	t.Cleanup(h.StopManager)
 	return h
 }
+
+// Seed reports whether the reference provider speaks the seed profile: among others, it has no cancel
+// endpoint, so a request Toolgate gives up on stays pending until its deadline.
+func (h *Harness) Seed() bool { return h.Provider.Profile() == reference.ProfileSeed }
 
 // Start runs a new manager with h.Opts.
 func (h *Harness) Start() {
