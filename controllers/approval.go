@@ -170,6 +170,19 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 		recordRequest(tc, req)
 	case provider.IsUntrusted(err):
 		return r.failClosed(ctx, tc, err)
+	case provider.CannotCancel(err):
+		// No cancel endpoint (or the request is gone): it ends at its provider deadline, which has
+		// passed. Without the provider's answer, a Job started before a restart is the record that the
+		// call ran.
+		started, err := r.jobExists(ctx, tc.Namespace, JobName(tc))
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if started {
+			return r.markRunning(tc, JobName(tc))
+		}
+		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit. The call did not run.")
+		return ctrl.Result{}, nil
 	default:
 		if r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 			return ctrl.Result{}, fmt.Errorf("cancelling the approval request at the waiting limit: %w", err)
@@ -185,8 +198,8 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, tc *tg.ToolCall,
 	recordRequest(tc, req)
 	switch req.Status {
 	case provider.StatusApproved:
-		// The approval covers the arguments the provider hashed; the Job runs the spec's arguments.
-		if sum, err := provider.ArgumentsSHA256(tc.Spec.Arguments.Raw); err != nil || sum != req.ArgumentsSHA256 {
+		// The approval covers the arguments the provider echoed; the Job runs the spec's arguments.
+		if err := req.Covers(tc.Spec.Arguments.Raw); err != nil {
 			setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonArgumentsChanged, "Approval could not be obtained for these arguments: spec.arguments differ from the arguments the approval covers. The call did not run.")
 			return ctrl.Result{}, nil
 		}

@@ -16,7 +16,8 @@ import (
 
 // reconcileDelete cancels a request that may still be pending, then lets the ToolCall go. It never
 // hangs on an unreachable provider: it gives up after CancelGiveUp, or once the request's own
-// deadline (within our limit) has passed.
+// deadline (within our limit) has passed; nor on a provider without a cancel endpoint, which it
+// leaves at once.
 func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
 	r.Waiter.Stop(tc.UID)
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
@@ -24,7 +25,13 @@ func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, tc *tg.ToolCal
 	}
 	switch tc.Status.Phase {
 	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
-		if err := r.cancelPending(ctx, tc); err != nil {
+		err := r.cancelPending(ctx, tc)
+		switch {
+		case provider.CannotCancel(err):
+			// Nothing a retry could cancel: no cancel endpoint, or the provider no longer knows the request.
+			r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Delete",
+				"The approvals provider cannot cancel the approval request (%s); it ends at its provider deadline.", provider.CodeOf(err))
+		case err != nil:
 			w, _, _ := r.submission(tc)
 			now := r.Clock.Now()
 			if now.Before(tc.DeletionTimestamp.Add(r.CancelGiveUp)) && now.Before(r.Timing.ApprovalLimit(w)) {
@@ -32,7 +39,7 @@ func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, tc *tg.ToolCal
 			}
 			r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Delete",
 				"Gave up cancelling the approval request (%s); it ends at its provider deadline.", provider.CodeOf(err))
-		} else {
+		default:
 			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, tg.ReasonCancelRequested, "Delete", "The ToolCall was deleted; its approval request was cancelled.")
 		}
 	}

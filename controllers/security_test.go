@@ -211,8 +211,8 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	metrics, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="other",op="wait"}`),
-		"a problem code the API does not define is counted as other, never as a label of its own")
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="http_status",op="wait"}`),
+		"a problem code the API does not define is counted by its status, never as a label of its own")
 
 	log := p.Log()
 	g.Expect(log).To(ContainSubstring(`"level":"debug"`), "the manager logged at debug level")

@@ -476,6 +476,9 @@ func (c *HTTPClient) problem(cl *call, resp *http.Response, data []byte, cred st
 	if detail == "" {
 		detail = http.StatusText(resp.StatusCode)
 	}
+	if p.Code != "" && p.Code != code {
+		detail = p.Code + ": " + detail // a code the API does not define: kept for people, not acted on
+	}
 	return nil, &Error{
 		Op: cl.op, StatusCode: resp.StatusCode, Code: code, Detail: redact(detail, cred),
 		Retryable:  retryableStatus(resp.StatusCode, code),

@@ -302,3 +302,31 @@ func TestSeedResponsesStillFailClosed(t *testing.T) {
 		})
 	}
 }
+
+// The check before the Job: an approval covers the spec's arguments by the same rule as the binding.
+func TestCoversComparesCanonicalArguments(t *testing.T) {
+	g := NewWithT(t)
+	sum := argumentsSHA256(t)
+	cases := []struct {
+		name      string
+		echoed    string
+		sum       string
+		wantError string
+	}{
+		{"the same arguments, no hash", `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`, "", ""},
+		{"another key order and number form, with the hash", `{"currency":"GBP","amount":4.9e3,"payment_id":"payment_123"}`, sum, ""},
+		{"other arguments", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","refund_to":"acct_999"}`, "", "arguments differ"},
+		{"other arguments with the spec's hash", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, sum, "arguments differ"},
+		{"the same arguments with another hash", `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`, strings.Repeat("0", 64), "arguments_sha256"},
+		{"no arguments", ``, sum, "does not echo"},
+	}
+	for _, tc := range cases {
+		req := &provider.Request{ID: requestID, Tool: tool, Arguments: json.RawMessage(tc.echoed), ArgumentsSHA256: tc.sum, Status: provider.StatusApproved}
+		err := req.Covers(arguments)
+		if tc.wantError == "" {
+			g.Expect(err).NotTo(HaveOccurred(), tc.name)
+		} else {
+			g.Expect(err).To(MatchError(ContainSubstring(tc.wantError)), tc.name)
+		}
+	}
+}

@@ -2,7 +2,10 @@
 // manager process is killed (SIGKILL) and restarted every few seconds, then audits the end state
 // against the guarantees in docs/reliability.md.
 //
-// The default size is the short run `make test` includes. The full run:
+// It runs once per reference provider profile (-chaos.profiles, default both, side by side): "full"
+// (arguments_sha256, problem+json errors, the cancel endpoint) and "seed" (exactly the seed's HTTP
+// example: no arguments_sha256, plain-text errors, no cancel endpoint), and prints the invariant table
+// of each. The default size is the short run `make test` includes. The full run:
 //
 //	go test ./test/chaos/ -run TestChaos -v -args -chaos.calls=500
 //
@@ -38,6 +41,7 @@ var (
 	killMin  = flag.Duration("chaos.kill-min", 2*time.Second, "shortest manager lifetime between kills")
 	killMax  = flag.Duration("chaos.kill-max", 5*time.Second, "longest manager lifetime between kills")
 	spreadOf = flag.Duration("chaos.spread", 0, "time over which ToolCalls are created (0: 40ms per call, at least 5s)")
+	profiles = flag.String("chaos.profiles", "full,seed", "reference provider profiles to run against, comma-separated (full, seed); each runs side by side")
 )
 
 var env *th.Env
@@ -104,15 +108,28 @@ type call struct {
 }
 
 func TestChaos(t *testing.T) {
-	g := NewWithT(t)
 	s := *seed
 	if s == 0 {
 		s = uint64(time.Now().UnixNano())
 	}
-	r := rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
-	t.Logf("chaos: %d ToolCalls, seed %d", *calls, s)
+	for _, name := range strings.Split(*profiles, ",") {
+		profile, err := reference.ParseProfile(strings.TrimSpace(name))
+		if err != nil {
+			t.Fatalf("-chaos.profiles: %v", err)
+		}
+		t.Run(string(profile), func(t *testing.T) {
+			t.Parallel()
+			runChaos(t, profile, s)
+		})
+	}
+}
 
-	h := th.New(t, env, th.WithoutManager(), th.WithProvider(func(o *reference.Options) { o.FaultSeed = s }))
+func runChaos(t *testing.T, profile reference.Profile, s uint64) {
+	g := NewWithT(t)
+	r := rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
+	t.Logf("chaos: %d ToolCalls, seed %d, provider profile %s", *calls, s, profile)
+
+	h := th.New(t, env, th.WithoutManager(), th.WithProfile(profile), th.WithProvider(func(o *reference.Options) { o.FaultSeed = s }))
 	h.Opts.CancelGiveUp = 20 * time.Second
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	g.Expect(h.Provider.Faults().Set(faultRules()...)).To(Succeed())
@@ -218,9 +235,15 @@ func TestChaos(t *testing.T) {
 		return "manager log tail:\n" + tail(proc.Log(), 40)
 	})
 
+	if profile == reference.ProfileSeed {
+		// Without a cancel endpoint a withdrawn request ends at its provider deadline: the audit
+		// looks once every deadline has passed.
+		awaitDeadlines(t, h)
+	}
 	rep := audit(ctx, t, h, all)
 	rep.kills = kills
 	rep.seed = s
+	rep.profile = profile
 	rep.print(t)
 	g.Expect(rep.violations()).To(BeEmpty(), "invariant violations")
 }
@@ -292,9 +315,10 @@ func unfinished(ctx context.Context, h *th.Harness, all []*call) []string {
 }
 
 type report struct {
-	seed  uint64
-	kills int
-	calls int
+	profile reference.Profile
+	seed    uint64
+	kills   int
+	calls   int
 	// outcomes[action][final phase or "deleted"]
 	outcomes map[action]map[string]int
 	// invariant name -> offending ToolCalls
@@ -416,7 +440,7 @@ func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call) *repor
 
 func (r *report) print(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nChaos run: %d ToolCalls, %d manager kills (SIGKILL), seed %d, %d provider requests, %d replayed submissions\n", r.calls, r.kills, r.seed, r.requests, r.replays)
+	fmt.Fprintf(&b, "\nChaos run against the %s provider profile: %d ToolCalls, %d manager kills (SIGKILL), seed %d, %d provider requests, %d replayed submissions\n", r.profile, r.calls, r.kills, r.seed, r.requests, r.replays)
 	kinds := make([]string, 0, len(r.faults))
 	for k, v := range r.faults {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
@@ -445,6 +469,30 @@ func (r *report) print(t *testing.T) {
 		}
 	}
 	t.Log(b.String())
+}
+
+// awaitDeadlines returns once the provider has no pending request, or once the latest deadline of
+// those pending has passed by a few seconds (the audit then reports what is left).
+func awaitDeadlines(t *testing.T, h *th.Harness) {
+	pending, err := h.Provider.List(provider.StatusPending)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	var latest time.Time
+	for _, req := range pending {
+		if req.DeadlineAt.After(latest) {
+			latest = req.DeadlineAt
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	t.Logf("%d requests pending after convergence, the last deadline at %s", len(pending), latest.UTC().Format(time.RFC3339))
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
+	for until := latest.Add(5 * time.Second); time.Now().Before(until); <-poll.C {
+		if left, err := h.Provider.List(provider.StatusPending); err == nil && len(left) == 0 {
+			return
+		}
+	}
 }
 
 func tail(s string, n int) string {

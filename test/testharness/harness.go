@@ -216,6 +216,16 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 // endpoint, so a request Toolgate gives up on stays pending until its deadline.
 func (h *Harness) Seed() bool { return h.Provider.Profile() == reference.ProfileSeed }
 
+// WithdrawnStatus is the provider status of a request Toolgate withdrew (a deleted ToolCall, a
+// rejected acceptance record): cancelled, or pending until its deadline from a provider without a
+// cancel endpoint (the seed profile).
+func (h *Harness) WithdrawnStatus() string {
+	if h.Seed() {
+		return provider.StatusPending
+	}
+	return provider.StatusCancelled
+}
+
 // Start runs a new manager with h.Opts.
 func (h *Harness) Start() {
 	h.T.Helper()
