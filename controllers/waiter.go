@@ -141,12 +141,17 @@ func (p *poller) run() {
 	}
 }
 
+// minPollInterval spaces out the polls of one request when the provider answers pending at once: a
+// provider that does not honour ?wait= is polled once a second, not in a loop.
+const minPollInterval = time.Second
+
 // poll makes one long poll and reports whether to poll again.
 func (p *poller) poll() bool {
 	w, ctx := p.w, p.ctx
 	if ctx.Err() != nil {
 		return false
 	}
+	start := time.Now()
 	req, err := w.client.Wait(ctx, p.wt.ref, w.wait)
 	if ctx.Err() != nil {
 		// Stopped, or our limit reached: the reconciler acts on the limit with its own clock.
@@ -176,6 +181,13 @@ func (p *poller) poll() bool {
 		return false
 	}
 	// Still pending: nothing changed that the controller needs to hear about.
+	if rest := minPollInterval - time.Since(start); rest > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(rest):
+		}
+	}
 	return true
 }
 
