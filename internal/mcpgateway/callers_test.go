@@ -326,3 +326,38 @@ func TestCallersListAndCallOnlyTheirToolsAndActAsThemselves(t *testing.T) {
 	g.Expect(o.err).NotTo(HaveOccurred())
 	g.Expect(text(o.res)).To(ContainSubstring("a human denied it"))
 }
+
+// A session belongs to its caller: another authenticated caller cannot end it (the SDK answers 403)
+// and so cannot abandon its calls; its owner can.
+func TestOnlyItsCallerEndsASession(t *testing.T) {
+	w := newAuthWorld(t)
+	g := w.G
+	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	owner := w.serviceAccount("owner", testAudience, mayCallRule("issue_refund"), agentRule)
+	other := w.serviceAccount("other", testAudience, mayCallRule("issue_refund"), agentRule)
+	cs := w.connectAs(owner)
+	done := w.call(context.Background(), cs, &mcp.CallToolParams{Name: "issue_refund", Arguments: json.RawMessage(th.RefundArgs)})
+	name := w.toolCallName()
+	req := w.PendingRequest(name)
+
+	end := func(token string) int {
+		del, err := http.NewRequest(http.MethodDelete, w.url, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		del.Header.Set("Mcp-Session-Id", cs.ID())
+		del.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(del)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(resp.Body.Close()).To(Succeed())
+		return resp.StatusCode
+	}
+	g.Expect(end(other)).To(Equal(http.StatusForbidden))
+	g.Consistently(done).WithTimeout(time.Second).ShouldNot(Receive())
+	g.Expect(w.Get(name).DeletionTimestamp).To(BeNil(), "another caller abandoned nothing")
+
+	g.Expect(end(owner)).To(Equal(http.StatusNoContent))
+	w.WaitGone(name, 30*time.Second)
+	g.Eventually(func() (string, error) {
+		r, err := w.Provider.Get(req.ID)
+		return r.Status, err
+	}).Should(Equal("cancelled"))
+}
