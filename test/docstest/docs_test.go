@@ -12,6 +12,8 @@
 //   - The admission policies of config/admission are named in docs/troubleshooting.md.
 //   - The ClusterRoles the docs bind exist in config/rbac.
 //   - Relative links (and their #anchors) in docs/*.md and README.md resolve.
+//   - Every row of the compatibility table in docs/providers.md names a test, and every test that
+//     page names exists.
 package docs_test
 
 import (
