@@ -4,8 +4,7 @@
 // tools, which the admission policy in config/admission checks before a ToolCall for that tool is
 // created, is only ever granted for named tools.
 //
-// TestRolesStayWithinTheirAllowLists reads every Role and ClusterRole that config/rbac deploys (and
-// those it ships for users to bind themselves, such as the MCP gateway's) and
+// TestRolesStayWithinTheirAllowLists reads every Role and ClusterRole that config/rbac deploys and
 // fails when one grants a permission that is not in allowedPermissions below, or uses a wildcard:
 // widening a role (or a +kubebuilder:rbac marker, which regenerates config/rbac/role.yaml) must come
 // with a reviewed change to that list.
@@ -115,23 +114,6 @@ var allowedPermissions = map[string]map[string]string{
 		"list toolcalls.toolgate.dev":       "audits calls",
 		"watch toolcalls.toolgate.dev":      "audits calls",
 		"get toolcalls.toolgate.dev/status": "audits outcomes",
-	},
-	// config/rbac/mcp_gateway_role.yaml: not deployed by config/default; bound by whoever runs the gateway.
-	"mcp-gateway": {
-		"get tools.toolgate.dev":                                "publishes the Tools as MCP tools",
-		"list tools.toolgate.dev":                               "publishes the Tools as MCP tools",
-		"watch tools.toolgate.dev":                              "announces changes to the tool list",
-		"impersonate serviceaccounts":                           "creates each ToolCall as its caller (ServiceAccounts of its namespace only)",
-		"create localsubjectaccessreviews.authorization.k8s.io": "asks whether a caller may call a Tool",
-	},
-	"mcp-gateway-authenticator": {
-		"create tokenreviews.authentication.k8s.io":                                               "authenticates callers' ServiceAccount tokens",
-		"impersonate uids.authentication.k8s.io":                                                  "carries the caller's uid",
-		"impersonate userextras.authentication.k8s.io/authentication.kubernetes.io/credential-id": "carries the caller's token extras",
-		"impersonate userextras.authentication.k8s.io/authentication.kubernetes.io/node-name":     "carries the caller's token extras",
-		"impersonate userextras.authentication.k8s.io/authentication.kubernetes.io/node-uid":      "carries the caller's token extras",
-		"impersonate userextras.authentication.k8s.io/authentication.kubernetes.io/pod-name":      "carries the caller's token extras",
-		"impersonate userextras.authentication.k8s.io/authentication.kubernetes.io/pod-uid":       "carries the caller's token extras",
 	},
 	"tool-admin": {
 		"create tools.toolgate.dev":           "manages Tools",
@@ -342,9 +324,8 @@ type kustomization struct {
 
 var documentSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
-// loadRBAC reads the files config/rbac/kustomization.yaml lists, the other YAML files of config/rbac
-// (roles shipped for users to bind themselves, such as the MCP gateway's), and config/default's
-// namePrefix and namespace.
+// loadRBAC reads the files config/rbac/kustomization.yaml lists, and config/default's namePrefix and
+// namespace.
 func loadRBAC(t *testing.T) *rbacManifests {
 	t.Helper()
 	g := NewWithT(t)
@@ -359,15 +340,7 @@ func loadRBAC(t *testing.T) *rbacManifests {
 	g.Expect(rbac.Resources).NotTo(BeEmpty(), "config/rbac/kustomization.yaml lists no resources")
 
 	m := &rbacManifests{namePrefix: def.NamePrefix, namespace: def.Namespace, source: map[string]string{}}
-	files := slices.Clone(rbac.Resources)
-	all, err := filepath.Glob(filepath.Join(root, "config", "rbac", "*.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	for _, path := range all {
-		if name := filepath.Base(path); name != "kustomization.yaml" && !slices.Contains(files, name) {
-			files = append(files, name)
-		}
-	}
-	for _, file := range files {
+	for _, file := range rbac.Resources {
 		display := "config/rbac/" + file
 		data, err := os.ReadFile(filepath.Join(root, "config", "rbac", file))
 		g.Expect(err).NotTo(HaveOccurred(), "%s is listed in config/rbac/kustomization.yaml but cannot be read", display)
