@@ -63,21 +63,30 @@ func tsSDKDir(t *testing.T) string {
 	return dir
 }
 
-// startTSAgent runs test/mcpagent/ts/agent.cjs with the official TypeScript SDK client.
-func (w *world) startTSAgent(tool, args string) *agent {
+// startTSAgent runs test/mcpagent/ts/agent.cjs with the official TypeScript SDK client, sending
+// token (if any) as its bearer token.
+func (w *world) startTSAgent(tool, args string, token ...string) *agent {
 	w.T.Helper()
 	sdk := tsSDKDir(w.T.(*testing.T))
 	root, err := testenv.RepoRoot()
 	w.G.Expect(err).NotTo(HaveOccurred())
 	cmd := exec.Command("node", filepath.Join(root, "test", "mcpagent", "ts", "agent.cjs"), w.url, tool, args)
 	cmd.Env = append(os.Environ(), "TOOLGATE_MCP_SDK_DIR="+sdk)
+	if len(token) > 0 {
+		cmd.Env = append(cmd.Env, "TOOLGATE_MCP_TOKEN="+token[0])
+	}
 	return w.startAgent(cmd)
 }
 
-// startGoAgent runs test/mcpagent with the official Go SDK client.
-func (w *world) startGoAgent(tool, args string) *agent {
+// startGoAgent runs test/mcpagent with the official Go SDK client, sending token (if any) as its
+// bearer token.
+func (w *world) startGoAgent(tool, args string, token ...string) *agent {
 	w.T.Helper()
-	return w.startAgent(exec.Command(th.Binary(w.T, "./test/mcpagent"), w.url, tool, args))
+	cmd := exec.Command(th.Binary(w.T, "./test/mcpagent"), w.url, tool, args)
+	if len(token) > 0 {
+		cmd.Env = append(os.Environ(), "TOOLGATE_MCP_TOKEN="+token[0])
+	}
+	return w.startAgent(cmd)
 }
 
 func (w *world) startAgent(cmd *exec.Cmd) *agent {
@@ -143,12 +152,14 @@ func (w *world) expectAbandoned(name, requestID string, since time.Time) {
 	w.G.Expect(w.Jobs()).To(BeEmpty())
 }
 
-// An agent built on the official TypeScript SDK, killed (SIGKILL) while its call awaits approval:
-// nothing tells the gateway, yet the call is abandoned within the documented bound.
+// An agent built on the official TypeScript SDK, authenticated with its ServiceAccount token and
+// killed (SIGKILL) while its call awaits approval: nothing tells the gateway, yet the call is
+// abandoned within the documented bound.
 func TestKilledTypeScriptAgentsCallIsAbandoned(t *testing.T) {
-	w := newWorld(t, Options{WaitingLimit: 10 * time.Minute})
+	w := newAuthWorld(t)
 	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	a := w.startTSAgent("issue_refund", th.RefundArgs)
+	token := w.serviceAccount("agent", testAudience, mayCallRule("issue_refund"), agentRule)
+	a := w.startTSAgent("issue_refund", th.RefundArgs, token)
 	name, req := w.awaitPending(a)
 
 	killed := time.Now()
@@ -158,9 +169,10 @@ func TestKilledTypeScriptAgentsCallIsAbandoned(t *testing.T) {
 
 // The same with an agent built on the official Go SDK, in its own process.
 func TestKilledGoAgentsCallIsAbandoned(t *testing.T) {
-	w := newWorld(t, Options{WaitingLimit: 10 * time.Minute})
+	w := newAuthWorld(t)
 	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	a := w.startGoAgent("issue_refund", th.RefundArgs)
+	token := w.serviceAccount("agent", testAudience, mayCallRule("issue_refund"), agentRule)
+	a := w.startGoAgent("issue_refund", th.RefundArgs, token)
 	name, req := w.awaitPending(a)
 
 	killed := time.Now()

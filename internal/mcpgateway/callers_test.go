@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -360,4 +361,54 @@ func TestOnlyItsCallerEndsASession(t *testing.T) {
 		r, err := w.Provider.Get(req.ID)
 		return r.Status, err
 	}).Should(Equal("cancelled"))
+}
+
+// The command authenticates its HTTP callers by default, for --token-audience, and names the
+// metadata of --url (by default the --listen address) in its challenge; --unauthenticated does not.
+func TestCommandAuthenticatesHTTPCallers(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	w := &world{Harness: h}
+	token := w.serviceAccount("agent", "payments-gateway", mayCallRule("issue_refund"), agentRule)
+
+	serve := func(extra ...string) string {
+		addr, err := th.FreeAddr()
+		g.Expect(err).NotTo(HaveOccurred())
+		var stderr strings.Builder
+		cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), append([]string{"--listen", addr, "--namespace", h.NS, "--kubeconfig", kubeconfig}, extra...)...)
+		cmd.Stderr = &stderr
+		g.Expect(cmd.Start()).To(Succeed())
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("toolgate-mcp stderr:\n%s", stderr.String())
+			}
+		})
+		w.url = "http://" + addr + "/mcp"
+		g.Eventually(func() error {
+			resp, err := http.Get("http://" + addr + "/.well-known/oauth-protected-resource/mcp")
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return err
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		return addr
+	}
+
+	addr := serve("--token-audience", "payments-gateway")
+	resp := w.initialize("")
+	g.Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
+	g.Expect(resp.Header.Get("WWW-Authenticate")).To(Equal(`Bearer resource_metadata="http://` + addr + `/.well-known/oauth-protected-resource/mcp"`))
+	g.Expect(w.initialize(w.token("agent", testAudience)).StatusCode).To(Equal(http.StatusUnauthorized), "a token for the default audience")
+	g.Expect(w.initialize(token).StatusCode).To(Equal(http.StatusOK))
+	res, err := w.connectAs(token).ListTools(context.Background(), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Tools).To(ConsistOf(HaveField("Name", "issue_refund")))
+
+	serve("--unauthenticated", "--url", "https://gateway.example/mcp")
+	g.Expect(w.initialize("").StatusCode).To(Equal(http.StatusOK))
 }

@@ -5,6 +5,7 @@
 // itself while stdin is open. The TypeScript SDK's agent, which obeys the same lines, is ts/agent.cjs.
 //
 // Usage: mcpagent <url> <tool> <arguments JSON>
+// When $TOOLGATE_MCP_TOKEN is set, every request carries it as a bearer token.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -26,7 +28,11 @@ func main() {
 	url, tool, args := os.Args[1], os.Args[2], os.Args[3]
 	ctx := context.Background()
 	c := mcp.NewClient(&mcp.Implementation{Name: "toolgate-test-go-agent", Version: "v1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	transport := &mcp.StreamableClientTransport{Endpoint: url}
+	if token := os.Getenv("TOOLGATE_MCP_TOKEN"); token != "" {
+		transport.HTTPClient = &http.Client{Transport: bearer(token)}
+	}
+	cs, err := c.Connect(ctx, transport, nil)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -60,4 +66,13 @@ func main() {
 			fmt.Println("closed")
 		}
 	}
+}
+
+// bearer sends its token with every request.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }

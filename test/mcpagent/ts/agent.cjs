@@ -8,7 +8,8 @@
 // SDK did from what the process's exit did.
 //
 // Usage: node agent.cjs <url> <tool> <arguments JSON>
-// The SDK is loaded from $TOOLGATE_MCP_SDK_DIR (hack/install-test-deps.sh installs it there).
+// The SDK is loaded from $TOOLGATE_MCP_SDK_DIR (hack/install-test-deps.sh installs it there). When
+// $TOOLGATE_MCP_TOKEN is set, every request carries it as a bearer token.
 'use strict';
 const path = require('node:path');
 const readline = require('node:readline');
@@ -22,7 +23,10 @@ const [url, tool, args] = process.argv.slice(2);
 
 async function main() {
   const client = new Client({ name: 'toolgate-test-ts-agent', version: '1.0.0' });
-  const transport = new StreamableHTTPClientTransport(new URL(url));
+  const token = process.env.TOOLGATE_MCP_TOKEN;
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: token ? { headers: { Authorization: 'Bearer ' + token } } : undefined,
+  });
   await client.connect(transport);
   const { tools } = await client.listTools();
   console.log('listed ' + tools.map((t) => t.name).join(','));
