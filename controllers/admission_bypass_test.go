@@ -11,7 +11,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
 	th "toolgate.dev/toolgate/test/testharness"
@@ -171,8 +170,7 @@ func TestGenuineAcceptanceRecordIsSubmittedAfterRestart(t *testing.T) {
 func TestToolChangedAfterAcceptanceRejectsAndWithdrawsTheRequest(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	var crashed <-chan struct{}
-	h.Opts.Crash, crashed = crashAt(controllers.CrashAfterSubmit)
+	crashed := crashAt(h, afterSubmit)
 	h.StopManager()
 	h.Start()
 	h.Tool("issue-refund", "issue_refund", "")
@@ -187,8 +185,7 @@ func TestToolChangedAfterAcceptanceRejectsAndWithdrawsTheRequest(t *testing.T) {
 	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "issue-refund"}, tool)).To(Succeed())
 	tool.Spec.ExecutionTimeout = &metav1.Duration{Duration: 7 * time.Second}
 	g.Expect(h.K8s.Update(context.Background(), tool)).To(Succeed())
-	h.Opts.Crash = nil
-	h.Start()
+	h.Restart()
 
 	r := h.WaitPhase("refund", tg.PhaseRejected)
 	g.Expect(r.Status.Reason).To(Equal(tg.ReasonAcceptanceRecordInvalid))

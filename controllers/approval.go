@@ -49,9 +49,6 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 	if err != nil {
 		return r.submitFailed(ctx, tc, w, err)
 	}
-	if err := r.crash(CrashAfterSubmit); err != nil {
-		return ctrl.Result{}, err
-	}
 	recordRequest(tc, req)
 	if provider.IsTerminal(req.Status) {
 		// A decision in the POST response is applied at once, without polling.
@@ -136,25 +133,7 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 	if !now.Before(until) {
 		return r.giveUp(ctx, tc, w, ref)
 	}
-	if r.RequeuePoll > 0 {
-		return r.pollOnce(ctx, tc, ref, until.Sub(now))
-	}
-	r.Waiter.Ensure(tc, ref, until.Sub(now))
-	return ctrl.Result{RequeueAfter: until.Sub(now)}, nil
-}
-
-// pollOnce is the requeue-polling baseline: one read without waiting, then a requeue.
-func (r *ToolCallReconciler) pollOnce(ctx context.Context, tc *tg.ToolCall, ref provider.Ref, left time.Duration) (ctrl.Result, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-	defer cancel()
-	req, err := r.Provider.Wait(cctx, ref, 0)
-	switch {
-	case err == nil && provider.IsTerminal(req.Status):
-		return r.applyDecision(ctx, tc, req)
-	case err != nil && isFinalWaitError(err):
-		return r.failClosed(ctx, tc, err)
-	}
-	return ctrl.Result{RequeueAfter: min(r.RequeuePoll, left)}, nil
+	return ctrl.Result{RequeueAfter: r.Waiter.Ensure(tc, ref, until.Sub(now))}, nil
 }
 
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that

@@ -41,14 +41,7 @@ func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctr
 		setPhase(tc, stop.phase, stop.reason, stop.message)
 		return ctrl.Result{}, nil
 	}
-	if err := r.crash(CrashBeforeJobCreate); err != nil {
-		return ctrl.Result{}, err
-	}
-	err = r.Create(ctx, job)
-	if cerr := r.crash(CrashAfterJobCreate); err == nil && cerr != nil {
-		return ctrl.Result{}, cerr
-	}
-	switch {
+	switch err := r.Create(ctx, job); {
 	case err == nil, apierrors.IsAlreadyExists(err):
 		return r.markRunning(tc, name)
 	case apierrors.IsInvalid(err):

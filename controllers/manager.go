@@ -31,14 +31,16 @@ type Options struct {
 	CallTimeout             time.Duration
 	CancelGiveUp            time.Duration
 	MaxConcurrentReconciles int
-	// RequeuePoll selects the requeue-polling baseline instead of the long-poll waiter (benchmarks).
-	RequeuePoll time.Duration
 
 	// Namespaces limits the manager to these namespaces (all when empty).
 	Namespaces []string
-	// SkipNameValidation and Crash are for tests: several managers in one process, crash points.
+	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
-	Crash              func(point string) error
+	// Waiter, when set, replaces the long-poll Waiter (built from Provider and PollWait).
+	Waiter DecisionWaiter
+	// NewClient, when set, builds the manager's client instead of controller-runtime's default
+	// (client.New), e.g. to wrap it with controller-runtime's interceptor.
+	NewClient client.NewClientFunc
 
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -95,6 +97,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "toolgate.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		NewClient:               o.NewClient,
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
@@ -106,20 +109,22 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.PollWait <= 0 {
 		o.PollWait = provider.DefaultLongPollWait
 	}
+	waiter := o.Waiter
+	if waiter == nil {
+		waiter = NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter"))
+	}
 	r := &ToolCallReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
 		Provider:                o.Provider,
-		Waiter:                  NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter")),
+		Waiter:                  waiter,
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CallTimeout:             o.CallTimeout,
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		RequeuePoll:             o.RequeuePoll,
 		SkipNameValidation:      o.SkipNameValidation,
-		Crash:                   o.Crash,
 	}
 	r.Defaults()
 	if err := r.SetupWithManager(mgr); err != nil {

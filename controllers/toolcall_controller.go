@@ -36,7 +36,7 @@ type ToolCallReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Provider  provider.Client
-	Waiter    *Waiter
+	Waiter    DecisionWaiter
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -46,16 +46,8 @@ type ToolCallReconciler struct {
 	CancelGiveUp time.Duration
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
-	// RequeuePoll, when set, replaces the waiter with the common alternative design: each reconcile
-	// reads the request once without waiting and requeues the ToolCall after this interval. It exists
-	// as the baseline the benchmarks compare the long-poll waiter against.
-	RequeuePoll time.Duration
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
-	// Crash, when set, is called at the crash-sensitive points (CrashAfterSubmit, CrashBeforeJobCreate,
-	// CrashAfterJobCreate); an error it returns ends the reconcile there, before any status write, as a
-	// process crash would. Restart-safety tests use it.
-	Crash func(point string) error
 
 	tools   toolCache
 	written writeLog
@@ -111,9 +103,6 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case tg.PhaseRunning:
 		res, err = r.observeJob(ctx, tc)
 	}
-	if errors.Is(err, ErrCrashed) {
-		return ctrl.Result{}, err // a simulated crash writes nothing more
-	}
 	if perr := r.patchStatus(ctx, orig, tc); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
@@ -127,26 +116,6 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 	}
 	return res, err
-}
-
-// Crash points.
-const (
-	CrashAfterSubmit     = "after-submit"
-	CrashBeforeJobCreate = "before-job-create"
-	CrashAfterJobCreate  = "after-job-create"
-)
-
-// ErrCrashed is returned at a crash point chosen by Crash.
-var ErrCrashed = errors.New("simulated crash")
-
-func (r *ToolCallReconciler) crash(point string) error {
-	if r.Crash == nil {
-		return nil
-	}
-	if err := r.Crash(point); err != nil {
-		return fmt.Errorf("%w at %s: %w", ErrCrashed, point, err)
-	}
-	return nil
 }
 
 // patchStatus writes the status once, and only if it changed.

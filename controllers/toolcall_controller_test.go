@@ -2,10 +2,7 @@ package controllers_test
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,54 +386,40 @@ func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
 	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
 }
 
-// crashAt is a crash hook (controllers.Options.Crash) that makes the manager die at point, as a killed
-// process would, and a channel closed the first time it does. A dead manager does nothing more: from
-// then on every crash point fails, so a retried reconcile cannot write what the crash left unwritten.
-func crashAt(point string) (hook func(string) error, crashed <-chan struct{}) {
-	done := make(chan struct{})
-	var once sync.Once
-	var dead atomic.Bool
-	return func(p string) error {
-		if p == point {
-			dead.Store(true)
-			once.Do(func() { close(done) })
-		}
-		if dead.Load() {
-			return errors.New("process killed")
-		}
-		return nil
-	}, done
-}
-
 // Restart safety: the manager dies at each crash-sensitive step and a new one takes over.
 func TestRestartAtEachStepNeverDuplicates(t *testing.T) {
-	for _, point := range []string{controllers.CrashAfterSubmit, controllers.CrashBeforeJobCreate, controllers.CrashAfterJobCreate} {
-		t.Run(point, func(t *testing.T) {
+	for _, window := range []string{afterSubmit, beforeJobCreate, afterJobCreate} {
+		t.Run(window, func(t *testing.T) {
 			h := th.New(t, env)
 			g := h.G
-			// This manager dies at the crash point: the reconcile ends there and nothing more is written.
-			var crashed <-chan struct{}
-			h.Opts.Crash, crashed = crashAt(point)
+			// This manager dies in the window: the write that ends it, and every write after it, fail.
+			crashed := crashAt(h, window)
 			h.StopManager()
 			h.Start()
 
 			h.Tool("issue-refund", "issue_refund", "")
 			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-			if point != controllers.CrashAfterSubmit {
+			if window != afterSubmit {
 				req := h.PendingRequest("refund")
 				h.Approve(req.ID, 5*time.Minute)
 			}
 			g.Eventually(crashed).WithTimeout(20 * time.Second).Should(BeClosed())
-			// The new manager starts from what the dead one wrote before the crash point.
+			// The new manager starts from what the dead one wrote before the window.
 			atCrash := h.Get("refund").Status
-			if point == controllers.CrashAfterSubmit {
+			if window == afterSubmit {
+				g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1), "the provider holds the request")
 				g.Expect(atCrash.RequestID).To(BeEmpty())
 			} else {
 				g.Expect(atCrash.Phase).To(Equal(tg.PhaseAwaitingApproval))
 			}
+			if window == afterJobCreate {
+				g.Expect(h.Jobs()).To(HaveLen(1), "the Job was created")
+			} else {
+				g.Expect(h.Jobs()).To(BeEmpty())
+			}
 			h.Restart()
 
-			if point == controllers.CrashAfterSubmit {
+			if window == afterSubmit {
 				// The new manager's POST replays the same request, then waits for the decision.
 				h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
 			}
@@ -472,19 +455,21 @@ func TestExistingJobIsNeverRecheckedOrRecreated(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h, clk := th.NewClocked(t, env)
 			g := h.G
+			// The manager dies after the Job create, before its status write, so the next manager
+			// starts from AwaitingApproval with the Job in place.
+			crashed := crashAt(h, afterJobCreate)
+			h.StopManager()
+			h.Start()
 			h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, ptr.To(10*time.Minute))
 			req := h.PendingRequest("refund")
-			awaiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+			h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 			h.Approve(req.ID, c.validFor)
-			g.Eventually(func() int { return len(h.Jobs()) }).Should(Equal(1))
-			// The manager dies after the Job create, before its status write: the status it wrote is
-			// taken back, so the next manager starts from AwaitingApproval with the Job in place.
+			g.Eventually(crashed).WithTimeout(20 * time.Second).Should(BeClosed())
 			h.StopManager()
-			cur := h.Get("refund")
-			cur.Status = awaiting.Status
-			g.Expect(h.K8s.Status().Update(context.Background(), cur)).To(Succeed())
+			g.Expect(h.Jobs()).To(HaveLen(1))
+			g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
 			c.whileDown(h, clk)
-			h.Start()
+			h.Restart()
 			running := h.WaitPhase("refund", tg.PhaseRunning)
 			g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 			g.Expect(h.Jobs()).To(HaveLen(1))

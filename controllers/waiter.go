@@ -21,6 +21,25 @@ type Observation struct {
 	Err error
 }
 
+// DecisionWaiter waits, for the reconciler, for what becomes of the pending approval requests of
+// ToolCalls. The reconciler asks it to follow a request (Ensure) and reads what it learnt (Latest) when
+// Events wakes it for the ToolCall. Toolgate's is the Waiter.
+type DecisionWaiter interface {
+	// Start runs until ctx ends (the manager's Runnable).
+	Start(ctx context.Context) error
+	// Events wakes the reconciler for a ToolCall whose request has something to act on.
+	Events() <-chan event.TypedGenericEvent[*tg.ToolCall]
+	// Ensure follows the request of tc, ref, for at most left, unless it is already followed. It
+	// returns when the reconciler is to look at the ToolCall again if Events has not woken it before.
+	Ensure(tc *tg.ToolCall, ref provider.Ref, left time.Duration) (again time.Duration)
+	// Latest returns what was learnt about the request of uid, if anything worth acting on.
+	Latest(uid types.UID) (Observation, bool)
+	// Stop stops following the request of uid. Stopping an unknown uid is a no-op.
+	Stop(uid types.UID)
+}
+
+var _ DecisionWaiter = (*Waiter)(nil)
+
 // Waiter long-polls pending approval requests, one goroutine per request, so that no reconcile worker
 // ever blocks on a poll. It reports a request back to the controller (through Events, a channel
 // source) only when the request changed: a decision, a cancellation, an expiry or a final error.
@@ -79,12 +98,13 @@ func (w *Waiter) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ensure starts polling the request of tc unless it is already being polled. Polling stops at until.
-func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, until time.Duration) {
+// Ensure starts polling the request of tc unless it is already being polled. Polling stops at until,
+// when the reconciler is to look again (Events wakes it for whatever happens before).
+func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, until time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if wt, ok := w.watches[tc.UID]; ok && wt.ref == ref {
-		return
+		return until
 	} else if ok {
 		wt.cancel()
 	}
@@ -96,6 +116,7 @@ func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, until time.Duration) 
 	p := &poller{w: w, ctx: ctx, uid: tc.UID, key: types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}, wt: wt}
 	w.wg.Add(1)
 	go p.run()
+	return until
 }
 
 // Latest returns what the waiter last observed for uid, if it observed anything worth reporting.

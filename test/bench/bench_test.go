@@ -106,6 +106,15 @@ func modeArgs(mode string) []string {
 	return args
 }
 
+// managerBinary is the manager of a mode: Toolgate's, or the requeue-polling baseline built on it
+// (test/bench/requeuepoll).
+func managerBinary(b *testing.B, mode string) string {
+	if mode == "requeue" {
+		return th.Binary(b, "./test/bench/requeuepoll")
+	}
+	return th.ManagerBinary(b)
+}
+
 func sizes() []int {
 	var out []int
 	for _, s := range strings.Split(*sizesFlag, ",") {
@@ -137,7 +146,7 @@ func newWorld(b *testing.B, mode string) (*th.Harness, *th.Process) {
 	pprofAddr, err = th.FreeAddr() // the package's: liveBytes reads it
 	NewWithT(b).Expect(err).NotTo(HaveOccurred())
 	args = append(args, "--pprof-bind-address", pprofAddr)
-	p := h.StartProcess(args...)
+	p := h.StartBinary(managerBinary(b, mode), args...)
 	h.G.Eventually(func() error { _, err := scrape(p); return err }).WithTimeout(time.Minute).Should(Succeed())
 	return h, p
 }

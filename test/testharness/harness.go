@@ -257,10 +257,11 @@ func (h *Harness) StopManager() {
 	}
 }
 
-// Restart stops the manager and starts a new one with the same options (minus any crash point).
+// Restart stops the manager and starts a new one with the same options, minus any wrapper of its
+// client (a test's crash or fault).
 func (h *Harness) Restart() {
 	h.StopManager()
-	h.Opts.Crash = nil
+	h.Opts.NewClient = nil
 	h.Start()
 }
 

@@ -97,7 +97,13 @@ type Process struct {
 // the harness's timing. Extra flags come last, so they override.
 func (h *Harness) StartProcess(extra ...string) *Process {
 	h.T.Helper()
-	bin := ManagerBinary(h.T)
+	return h.StartBinary(ManagerBinary(h.T), extra...)
+}
+
+// StartBinary is StartProcess with another binary that takes the manager's flags (one built on
+// internal/managercmd).
+func (h *Harness) StartBinary(bin string, extra ...string) *Process {
+	h.T.Helper()
 	dir := h.T.TempDir()
 	kubeconfig, err := h.Env.Kubeconfig(dir)
 	if err != nil {

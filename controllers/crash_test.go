@@ -1,0 +1,128 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// The windows in which a manager can die between two of its writes, each named by what it has done
+// and what it has not yet written.
+const (
+	// afterSubmit: the provider holds the request; the status that records it is not written.
+	afterSubmit = "after-submit"
+	// beforeJobCreate: the approval is applied in memory; the Job is not created.
+	beforeJobCreate = "before-job-create"
+	// afterJobCreate: the Job exists; the status that says so is not written.
+	afterJobCreate = "after-job-create"
+)
+
+// errKilled is what a dead manager's writes fail with.
+var errKilled = errors.New("the manager process was killed")
+
+// crashAt makes the next manager h starts die in window, as a killed process would: the manager's
+// client fails the write that ends the window (or, after the Job create, the answer to it) and every
+// write after it, so nothing the crash left unwritten is written by a retried reconcile. The channel
+// is closed when the manager dies. h.Restart starts a manager that lives.
+func crashAt(h *th.Harness, window string) <-chan struct{} {
+	died := make(chan struct{})
+	var once sync.Once
+	var dead atomic.Bool
+	die := func() {
+		dead.Store(true)
+		once.Do(func() { close(died) })
+	}
+	writing := func() error {
+		if dead.Load() {
+			return errKilled
+		}
+		return nil
+	}
+	funcs := interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			if _, job := obj.(*batchv1.Job); !job || dryRun(opts) {
+				return c.Create(ctx, obj, opts...)
+			}
+			switch window {
+			case beforeJobCreate:
+				die()
+				return errKilled
+			case afterJobCreate:
+				if err := c.Create(ctx, obj, opts...); err != nil {
+					return err
+				}
+				die()
+				return errKilled
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			if tc, ok := obj.(*tg.ToolCall); ok && window == afterSubmit && tc.Status.RequestID != "" {
+				// The first status write that records the submitted request.
+				die()
+				return errKilled
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if err := writing(); err != nil {
+				return err
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+	}
+	h.Opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, funcs), nil
+	}
+	return died
+}
+
+func dryRun(opts []client.CreateOption) bool {
+	o := &client.CreateOptions{}
+	o.ApplyOptions(opts)
+	return len(o.DryRun) > 0
+}
