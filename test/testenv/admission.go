@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -70,8 +71,9 @@ func AdmissionObjects() ([]*unstructured.Unstructured, error) {
 const probeUser = "toolgate:testenv:admission-probe"
 
 // InstallAdmission creates the admission policies of config/admission and waits until the apiserver
-// enforces them: a dry-run ToolCall created by the admin gets its requester recorded, and one created by
-// a user who may create ToolCalls but call no tool is refused.
+// enforces them: a dry-run ToolCall created by the admin gets its requester recorded, one created by a
+// user who may create ToolCalls but call no tool is refused, and a dry-run Tool not named after its
+// toolName draws the naming convention's warning.
 func InstallAdmission(cfg *rest.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -110,6 +112,13 @@ func InstallAdmission(cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	warnings := &lastWarning{}
+	warnCfg := rest.CopyConfig(cfg)
+	warnCfg.WarningHandler = warnings
+	warned, err := client.New(warnCfg, client.Options{})
+	if err != nil {
+		return err
+	}
 
 	var last error
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -127,12 +136,57 @@ func InstallAdmission(cfg *rest.Config) error {
 			last = fmt.Errorf("the authorization policy has not refused a caller without the call verb yet: %v", err)
 			return false, nil
 		}
+		warnings.set("")
+		if err := warned.Create(ctx, probeTool(), client.DryRunAll); err != nil {
+			last = fmt.Errorf("dry-run Tool as the admin: %w", err)
+			return false, nil
+		}
+		if !strings.Contains(warnings.get(), "RBAC grants to call it name the toolName") {
+			last = fmt.Errorf("the naming convention has not warned about a Tool named otherwise yet")
+			return false, nil
+		}
 		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the admission policies of %s are not in force: %w (last: %v)", AdmissionDir, err, last)
 	}
 	return nil
+}
+
+// lastWarning keeps the last warning the apiserver sent.
+type lastWarning struct {
+	mu   sync.Mutex
+	text string
+}
+
+func (w *lastWarning) HandleWarningHeader(_ int, _ string, text string) { w.set(text) }
+
+func (w *lastWarning) set(text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = text
+}
+
+func (w *lastWarning) get() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.text
+}
+
+// probeTool is a Tool whose name does not follow its toolName.
+func probeTool() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "toolgate.dev/v1alpha1",
+		"kind":       "Tool",
+		"metadata":   map[string]any{"namespace": metav1.NamespaceDefault, "name": "admission-probe"},
+		"spec": map[string]any{
+			"toolName": "admission_probe_tool",
+			"jobTemplate": map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+				"restartPolicy": "Never",
+				"containers":    []any{map[string]any{"name": "probe", "image": "busybox:1.36"}},
+			}}}},
+		},
+	}}
 }
 
 func probeToolCall() *unstructured.Unstructured {
