@@ -183,7 +183,7 @@ func (g *Gateway) explain(tool string, u *authenticationv1.UserInfo, res *toolca
 		case apierrors.IsForbidden(err) && u != nil:
 			msg += fmt.Sprintf(" (%s needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace %s, e.g. the ClusterRole of config/rbac/toolcall_agent_role.yaml bound there, and verb %q on tools.toolgate.dev with resourceName %q)", u.Username, g.namespace, VerbCall, tool)
 		case apierrors.IsForbidden(err):
-			msg += " (the gateway's identity needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace " + g.namespace + ": bind the ClusterRole of config/rbac/mcp_gateway_role.yaml there with a RoleBinding)"
+			msg += fmt.Sprintf(" (acting as itself, over stdio or unauthenticated HTTP, the gateway's identity needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace %s, e.g. the ClusterRole of config/rbac/toolcall_agent_role.yaml bound there, and verb %q on tools.toolgate.dev with resourceName %q)", g.namespace, VerbCall, tool)
 		}
 		return errorResult(msg, nil)
 	}
