@@ -1,4 +1,6 @@
 # Build the manager, the reference approvals provider and the MCP gateway.
+# hack/image builds the same image without Docker (the local cluster's localhost/toolgate/toolgate:dev):
+# the same three static binaries, user 65532:65532, entrypoint /manager. Keep the two in step.
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH

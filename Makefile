@@ -94,8 +94,20 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into ~/.cache/toolg
 	@$(RESOLVE_ENVTEST_ASSETS); echo "$${KUBEBUILDER_ASSETS}"
 
 .PHONY: dev
-dev: ## Run Toolgate end to end locally (control plane, manager, reference provider) via hack/dev.sh.
+dev: ## Run Toolgate end to end on a local single-node cluster (hack/cluster.sh): the sample refund runs in a real Pod. Needs root.
 	bash hack/dev.sh
+
+.PHONY: test-e2e
+test-e2e: ## Start the local cluster, install Toolgate (config/dev), run the e2e suite (test/e2e) through real Pods, stop the cluster. Needs root.
+	@bash hack/test-e2e.sh $(GO_TEST_FLAGS)
+
+.PHONY: cluster-up
+cluster-up: ## Start the local single-node cluster and load the images built from this checkout (hack/cluster.sh up).
+	bash hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove everything it wrote (hack/cluster.sh down).
+	bash hack/cluster.sh down
 
 ##@ Build
 
@@ -110,8 +122,12 @@ build: ## Build the manager, the reference approvals provider, the kubectl plugi
 run: ## Run the manager from your host against the cluster in your kubeconfig (pass flags with ARGS=...).
 	go run ./cmd $(ARGS)
 
+.PHONY: images
+images: ## Build the images (manager, demo tool, pause) as tarballs without Docker and load them into the local cluster when it runs.
+	bash hack/cluster.sh images
+
 .PHONY: docker-build
-docker-build: ## Build the container image (manager and reference-provider) as IMG.
+docker-build: ## Build the container image (manager, reference-provider, toolgate-mcp) as IMG with Docker.
 	$(CONTAINER_TOOL) build -t "$(IMG)" .
 
 .PHONY: docker-push

@@ -4,7 +4,9 @@
 # so fresh clones and worktrees share it). Cached: a second run with the binaries present is a no-op.
 #
 #   hack/build-envtest-assets.sh            # kube-apiserver + etcd
-#   hack/build-envtest-assets.sh --with-kcm # also kube-controller-manager (used by `make dev`)
+#   hack/build-envtest-assets.sh --with-kcm # also kube-controller-manager
+#   hack/build-envtest-assets.sh --node     # also kube-controller-manager, kube-scheduler, kubelet and
+#                                           # kube-proxy (the single-node cluster of hack/cluster.sh)
 #
 # Prints the assets directory on its last line (suitable for KUBEBUILDER_ASSETS).
 set -euo pipefail
@@ -19,7 +21,13 @@ out="${cache}/k8s/${KUBE_VERSION#v}-linux-amd64"
 mkdir -p "${out}"
 
 with_kcm=false
-[[ "${1:-}" == "--with-kcm" ]] && with_kcm=true
+with_node=false
+case "${1:-}" in
+  --with-kcm) with_kcm=true ;;
+  --node) with_kcm=true with_node=true ;;
+  "") ;;
+  *) echo "build-envtest-assets: unknown flag ${1} (want --with-kcm or --node)" >&2; exit 2 ;;
+esac
 
 log() { echo "build-envtest-assets: $*" >&2; }
 
@@ -53,7 +61,10 @@ build_kube() { # $@: commands under k8s.io/kubernetes/cmd to build
   (cd "${mod}" && go mod tidy >&2)
   for c in "$@"; do
     log "building ${c} ${KUBE_VERSION} (several minutes on 2 cores)"
-    (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/${c}" "k8s.io/kubernetes/cmd/${c}")
+    local start=${SECONDS}
+    (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/${c}.tmp" "k8s.io/kubernetes/cmd/${c}")
+    mv "${out}/${c}.tmp" "${out}/${c}"
+    log "built ${c} in $((SECONDS - start))s"
   done
 }
 
@@ -80,12 +91,16 @@ require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
 GOMOD
   (cd "${mod}" && go mod tidy >&2)
   log "building etcd ${ETCD_VERSION}"
-  (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/etcd" .)
+  (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/etcd.tmp" .)
+  mv "${out}/etcd.tmp" "${out}/etcd"
 }
 
 want=()
 [[ -x "${out}/kube-apiserver" ]] || want+=(kube-apiserver)
 ${with_kcm} && { [[ -x "${out}/kube-controller-manager" ]] || want+=(kube-controller-manager); }
+if ${with_node}; then
+  for c in kube-scheduler kubelet kube-proxy; do [[ -x "${out}/${c}" ]] || want+=("${c}"); done
+fi
 if ((${#want[@]})); then build_kube "${want[@]}"; fi
 [[ -x "${out}/etcd" ]] || build_etcd
 log "assets ready in ${out}"

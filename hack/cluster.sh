@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# A single-node Kubernetes cluster from real components on this machine, for `make dev` and
+# `make test-e2e` (docs/local-dev.md describes it). Needs root.
+#
+#   hack/cluster.sh up       # build what is missing, start the cluster, build and import the images
+#   hack/cluster.sh images   # rebuild the images from this checkout (and import them when it runs)
+#   hack/cluster.sh install  # install Toolgate (config/dev: config/default + the reference provider)
+#   hack/cluster.sh down     # stop everything the cluster started and remove its state
+#   hack/cluster.sh kubeconfig  # print the admin kubeconfig's path
+#
+# Components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy
+# (built from the Go module proxy by hack/build-envtest-assets.sh --node, cached in
+# ~/.cache/toolgate/k8s/), Debian's containerd + runc + CNI plugins (installed with apt-get when
+# missing). bin/cluster (hack/cluster) runs them; everything they write lives in CLUSTER_DIR.
+#
+# Images (no registry, no Docker daemon): bin/image (hack/image) writes docker-archive tarballs from
+# binaries built here with CGO_ENABLED=0, and `ctr images import` loads them into the cluster's
+# containerd:
+#   localhost/toolgate/toolgate:dev      manager, reference-provider, toolgate-mcp (as the Dockerfile)
+#   localhost/toolgate/issue-refund:dev  the demo tool of config/samples (cmd/issue-refund)
+#   localhost/toolgate/pause:3.10        the Pod sandbox (hack/pause), containerd's sandbox_image
+#
+# Environment:
+#   CLUSTER_DIR=.cluster     state directory (certificates, kubeconfig, containerd, kubelet, logs)
+#   CLUSTER_TIMEOUT=3m       how long to wait for each component
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+state="${CLUSTER_DIR:-${root}/.cluster}"
+mkdir -p "${state}"
+state="$(cd "${state}" && pwd)"
+timeout="${CLUSTER_TIMEOUT:-3m}"
+kubeconfig="${state}/kubeconfig"
+ctr_cmd=(ctr --address "${state}/containerd/containerd.sock" -n k8s.io)
+
+MANAGER_IMAGE=localhost/toolgate/toolgate:dev
+TOOL_IMAGE=localhost/toolgate/issue-refund:dev
+PAUSE_IMAGE=localhost/toolgate/pause:3.10
+# The reference provider's Service address in config/dev (there is no cluster DNS).
+PROVIDER_URL=http://10.96.0.80:8085
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'hack/cluster.sh: %s\n' "$*" >&2; exit 1; }
+
+[[ "$(id -u)" == 0 ]] || die "the cluster needs root (containerd, kubelet and kube-proxy manage mounts, namespaces, cgroups and iptables)"
+
+# timed LABEL CMD...: runs CMD and says how long it took.
+timed() {
+  local label="$1" start=${SECONDS}
+  shift
+  "$@"
+  say "${label}: $((SECONDS - start))s"
+}
+
+ensure_packages() {
+  local missing=()
+  [[ -x /usr/bin/containerd && -x /usr/bin/ctr ]] || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v ip >/dev/null || missing+=(iproute2)
+  ((${#missing[@]})) || return 0
+  say "installing ${missing[*]} with apt-get"
+  local log
+  log="$(mktemp)"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >"${log}" 2>&1; then
+    cat "${log}" >&2
+    rm -f "${log}"
+    die "apt-get install ${missing[*]} failed"
+  fi
+  rm -f "${log}"
+  # The package starts containerd as a service with the default configuration; this cluster runs its own.
+  if command -v systemctl >/dev/null && systemctl is-active --quiet containerd 2>/dev/null; then
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+  fi
+}
+
+build_assets() {
+  assets="$(hack/build-envtest-assets.sh --node | tail -n 1)"
+}
+
+build_tools() {
+  mkdir -p bin
+  go build -o bin/cluster ./hack/cluster
+  go build -o bin/image ./hack/image
+}
+
+# build_images writes the three image tarballs into ${state}/images.
+build_images() {
+  local out=bin/linux c
+  mkdir -p "${out}" "${state}/images"
+  for c in manager:./cmd reference-provider:./cmd/reference-provider toolgate-mcp:./cmd/toolgate-mcp \
+    issue-refund:./cmd/issue-refund pause:./hack/pause; do
+    CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "${out}/${c%%:*}" "${c#*:}"
+  done
+  bin/image --tag "${MANAGER_IMAGE}" --out "${state}/images/toolgate.tar" --entrypoint /manager --user 65532:65532 \
+    --file "/manager=${out}/manager" --file "/reference-provider=${out}/reference-provider" --file "/toolgate-mcp=${out}/toolgate-mcp" >&2
+  bin/image --tag "${TOOL_IMAGE}" --out "${state}/images/issue-refund.tar" --entrypoint /issue-refund --user 65532:65532 \
+    --file "/issue-refund=${out}/issue-refund" >&2
+  bin/image --tag "${PAUSE_IMAGE}" --out "${state}/images/pause.tar" --entrypoint /pause --user 65535:65535 --ca-bundle "" \
+    --file "/pause=${out}/pause" >&2
+}
+
+import_images() {
+  local t
+  for t in "${state}"/images/*.tar; do
+    "${ctr_cmd[@]}" images import --no-unpack=false "${t}" >/dev/null || die "ctr images import ${t} failed"
+  done
+  "${ctr_cmd[@]}" images ls -q | grep '^localhost/toolgate/' >&2
+}
+
+running() {
+  [[ -f "${state}/cluster.pid" ]] && kill -0 "$(cat "${state}/cluster.pid")" 2>/dev/null
+}
+
+cmd_up() {
+  ensure_packages
+  say "building kube components (cached in ~/.cache/toolgate/k8s/) and the cluster's tools"
+  timed "kube components" build_assets
+  timed "cluster tools" build_tools
+  say "building the images from this checkout"
+  timed "images" build_images
+  if running; then
+    say "the cluster is already running (${state}); importing the images"
+    import_images
+    echo "${kubeconfig}"
+    return 0
+  fi
+  bin/cluster cleanup --dir "${state}" --assets "${assets}" >>"${state}/cleanup.log" 2>&1 || true
+  mkdir -p "${state}/logs"
+  rm -f "${state}/ready" "${state}/failed"
+  say "starting the cluster (logs in ${state}/logs/)"
+  local start=${SECONDS}
+  setsid bin/cluster up --dir "${state}" --assets "${assets}" --pause-image "${PAUSE_IMAGE}" --timeout "${timeout}" \
+    >>"${state}/logs/cluster.log" 2>&1 </dev/null &
+  local pid=$!
+  while [[ ! -f "${state}/ready" ]]; do
+    if [[ -f "${state}/failed" ]] || ! kill -0 "${pid}" 2>/dev/null; then
+      echo "hack/cluster.sh: the cluster did not start:" >&2
+      cat "${state}/failed" >&2 2>/dev/null || tail -n 30 "${state}/logs/cluster.log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  say "cluster ready in $((SECONDS - start))s: node toolgate-node, apiserver $(cat "${state}/ready")"
+  timed "image import" import_images
+  echo "${kubeconfig}"
+}
+
+cmd_images() {
+  build_tools
+  build_images
+  if running; then
+    import_images
+  else
+    say "the cluster is not running: the tarballs are in ${state}/images/ (hack/cluster.sh up imports them)"
+  fi
+}
+
+cmd_down() {
+  if running; then
+    local pid
+    pid="$(cat "${state}/cluster.pid")"
+    say "stopping the cluster (pid ${pid})"
+    kill -TERM "${pid}"
+    for ((i = 0; i < 600; i++)); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "${pid}" 2>/dev/null && die "the cluster (pid ${pid}) did not stop in 120s; see ${state}/logs/cluster.log"
+  fi
+  if [[ -x bin/cluster ]]; then
+    local assets=""
+    [[ -d "${HOME}/.cache/toolgate/k8s" ]] && assets="$(hack/build-envtest-assets.sh --node 2>/dev/null | tail -n 1)"
+    bin/cluster cleanup --dir "${state}" --assets "${assets}" || die "cleanup failed; see above"
+  fi
+  # Only what the cluster wrote: its state directory.
+  if grep -qF " ${state}/" /proc/self/mountinfo; then
+    die "mounts remain under ${state}; not removing it"
+  fi
+  rm -rf "${state}"
+  say "cluster stopped and removed"
+}
+
+# cmd_install installs Toolgate as users do (config/default, here through the config/dev overlay that
+# adds the reference provider and points the manager at it) with a fresh provider credential.
+cmd_install() {
+  running || die "the cluster is not running: hack/cluster.sh up"
+  export KUBECONFIG="${kubeconfig}"
+  local cred="${state}/provider-credential"
+  [[ -s "${cred}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${cred}")
+  kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl apply -k config/dev >&2
+  kubectl -n toolgate-system rollout status deployment/toolgate-reference-provider --timeout=180s >&2
+  kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s >&2
+  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (credential in ${cred})"
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  images) cmd_images ;;
+  install) cmd_install ;;
+  kubeconfig) echo "${kubeconfig}" ;;
+  *) die "usage: hack/cluster.sh up|down|images|install|kubeconfig" ;;
+esac

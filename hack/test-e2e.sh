@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `make test-e2e`: starts the local cluster (hack/cluster.sh up), installs Toolgate (config/dev), runs
+# the e2e suite in test/e2e against it, and stops the cluster again, also when the suite fails.
+# Arguments are passed to `go test`. E2E_KEEP_CLUSTER=1 leaves the cluster running afterwards.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+start=${SECONDS}
+keep="${E2E_KEEP_CLUSTER:-0}"
+finish() {
+  local rc=$?
+  if [[ "${keep}" != 1 ]]; then
+    hack/cluster.sh down || rc=1
+  fi
+  echo "test-e2e: $((SECONDS - start))s in total, exit ${rc}" >&2
+  exit "${rc}"
+}
+trap finish EXIT
+
+kubeconfig="$(hack/cluster.sh up | tail -n 1)"
+echo "test-e2e: cluster and images ready after $((SECONDS - start))s" >&2
+hack/cluster.sh install
+echo "test-e2e: Toolgate installed after $((SECONDS - start))s" >&2
+
+set -x
+KUBECONFIG="${kubeconfig}" TOOLGATE_E2E_CLUSTER_DIR="$(dirname "${kubeconfig}")" \
+  go test -tags e2e ./test/e2e/ -count=1 -v -timeout 30m "$@"

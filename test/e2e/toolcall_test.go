@@ -1,0 +1,107 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// The seed's refund, approved by a human through the reference provider: the Job's Pod runs the demo
+// tool in a real container, and status.result is the receipt that container wrote.
+func TestApprovedRefundRunsInARealPod(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createTool(t, g, sampleTool(t, ns))
+	tc := submit(t, g, ns)
+	jobs, pods := jobsAndPods(g, tc)
+	g.Expect(jobs).To(BeEmpty(), "nothing runs before a human approved")
+	g.Expect(pods).To(BeEmpty())
+
+	decide(g, tc, true, "5m")
+	waitPhase(g, tc, tg.PhaseSucceeded, stepTimeout)
+	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonJobSucceeded))
+	g.Expect(tc.Status.Decision).NotTo(BeNil())
+	g.Expect(tc.Status.Decision.Note).To(Equal("e2e: duplicate charge confirmed (approved by admin)"), "the reference provider records who decided")
+	expectReceipt(g, tc)
+}
+
+// A denied call ends Denied, and no Job or Pod is ever created for it.
+func TestDeniedCallCreatesNoPod(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createTool(t, g, sampleTool(t, ns))
+	tc := submit(t, g, ns)
+
+	decide(g, tc, false, "")
+	waitPhase(g, tc, tg.PhaseDenied, stepTimeout)
+	g.Expect(tc.Status.Decision.Note).To(Equal("e2e: not a duplicate charge (denied by admin)"))
+	g.Consistently(func(g Gomega) {
+		jobs, pods := jobsAndPods(g, tc)
+		g.Expect(jobs).To(BeEmpty())
+		g.Expect(pods).To(BeEmpty())
+	}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+}
+
+// An approval that is no longer valid when the manager would start the tool (here: valid for 1s,
+// inside the manager's skew margin) ends Expired, and no Pod is ever created.
+func TestExpiredApprovalCreatesNoPod(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createTool(t, g, sampleTool(t, ns))
+	tc := submit(t, g, ns)
+
+	decide(g, tc, true, "1s")
+	waitPhase(g, tc, tg.PhaseExpired, stepTimeout)
+	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonApprovalExpired))
+	g.Consistently(func(g Gomega) {
+		jobs, pods := jobsAndPods(g, tc)
+		g.Expect(jobs).To(BeEmpty())
+		g.Expect(pods).To(BeEmpty())
+	}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+}
+
+// Deleting a ToolCall whose request is pending cancels the request at the provider, and the ToolCall
+// goes away.
+func TestDeleteWhilePendingCancelsTheRequest(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createTool(t, g, sampleTool(t, ns))
+	tc := submit(t, g, ns)
+	id := tc.Status.RequestID
+
+	g.Expect(k8s.Delete(context.Background(), tc)).To(Succeed())
+	g.Eventually(func() error {
+		return k8s.Get(context.Background(), client.ObjectKeyFromObject(tc), &tg.ToolCall{})
+	}).WithTimeout(stepTimeout).Should(MatchError(ContainSubstring("not found")))
+	g.Expect(providerRequest(g, id)).To(HaveKeyWithValue("status", "cancelled"))
+}
+
+// The manager Pod is killed (force-deleted: SIGKILL, the Lease not released) while the call awaits a
+// decision, and the human approves while no manager runs; then killed again while the tool's Pod
+// runs. The replacement picks the call up: one Job, one Pod, Succeeded with the receipt.
+func TestManagerKilledMidFlightRunsTheToolOnce(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	// The demo tool takes 20s, so the second kill lands while its Pod runs.
+	createTool(t, g, sampleTool(t, ns, corev1.EnvVar{Name: "ISSUE_REFUND_DELAY", Value: "20s"}))
+	tc := submit(t, g, ns)
+
+	killLeader(t, g)
+	decide(g, tc, true, "10m")
+	waitPhase(g, tc, tg.PhaseRunning, failoverTimeout)
+	jobs, _ := jobsAndPods(g, tc)
+	g.Expect(jobs).To(HaveLen(1))
+
+	killLeader(t, g)
+	waitPhase(g, tc, tg.PhaseSucceeded, failoverTimeout)
+	expectReceipt(g, tc)
+	waitManagerReady(g)
+}
