@@ -191,7 +191,13 @@ cmd_install() {
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  local existed=0
+  kubectl -n toolgate-system get deployment toolgate-controller-manager >/dev/null 2>&1 && existed=1
   kubectl apply -k config/dev >&2
+  if ((existed)); then
+    # The image tags stay :dev; images imported since the last install take effect on a restart.
+    kubectl -n toolgate-system rollout restart deployment/toolgate-reference-provider deployment/toolgate-controller-manager >&2
+  fi
   kubectl -n toolgate-system rollout status deployment/toolgate-reference-provider --timeout=180s >&2
   kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s >&2
   say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (credential in ${cred})"
