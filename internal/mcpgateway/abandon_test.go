@@ -276,3 +276,21 @@ func (w *world) rawPost(g *WithT, session, body string, read bool) string {
 	g.Expect(resp.StatusCode).To(BeNumerically("<", 300), "POST %s", body)
 	return resp.Header.Get("Mcp-Session-Id")
 }
+
+// The Go SDK's ClientSession.Close() while a call waits: it stops answering requests (pings among
+// them) and waits for its calls in progress. The unanswered ping abandons the call within two ping
+// intervals, and Close returns.
+func TestGoCloseWithoutCancelAbandonsTheCall(t *testing.T) {
+	const interval = 3 * time.Second
+	w := newWorld(t, Options{WaitingLimit: 10 * time.Minute, PingInterval: interval})
+	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	a := w.startGoAgent("issue_refund", th.RefundArgs)
+	name, req := w.awaitPending(a)
+
+	closed := time.Now()
+	a.send(w.G, "close")
+	w.WaitGone(name, 2*interval+10*time.Second)
+	w.expectAbandoned(name, req, closed)
+	w.G.Eventually(a.lines).Should(ContainElement("closed"), "Close returns once the call was abandoned")
+	w.G.Expect(a.exited).NotTo(BeClosed(), "the agent's process is still running")
+}
