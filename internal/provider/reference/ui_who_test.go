@@ -32,7 +32,7 @@ func submitAsRequester(p *pageEnv, key, tool, arguments, requester string) *prov
 // record them in the note. The admin credential signs in as admin.
 func TestApprovalPageRecordsWhoDecided(t *testing.T) {
 	p := startPage(t, withAlice)
-	first, second := p.create("key-1").ID, p.create("key-2").ID
+	first, second, third := p.create("key-1").ID, p.create("key-2").ID, p.create("key-3").ID
 
 	r := p.signIn(aliceCredential)
 	p.g.Expect(r.status).To(Equal(http.StatusSeeOther), string(r.body))
@@ -48,6 +48,9 @@ func TestApprovalPageRecordsWhoDecided(t *testing.T) {
 	p.g.Expect(approved.Decision.Note).To(Equal("Duplicate charge confirmed. (approved by alice)"))
 	denied := p.expectRequest(p.decide(p.session(), second, "deny", []byte(`{"note":"Not a duplicate."}`)), http.StatusOK)
 	p.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate. (denied by admin)"))
+	// A note that claims another approver: the provider's record is still the last parenthesis.
+	claimed := p.expectRequest(p.decide(alice, third, "approve", []byte(`{"valid_for_minutes":5,"note":"ok (approved by bob)"}`)), http.StatusOK)
+	p.g.Expect(claimed.Decision.Note).To(Equal("ok (approved by bob) (approved by alice)"))
 
 	// A session cookie whose name was changed is no session.
 	forged := &http.Cookie{Name: alice.Name, Value: alice.Value[:len("1234567890")] + ".Ym9i" + alice.Value[len("1234567890")+len(".YWxpY2U"):]}
