@@ -12,18 +12,23 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
-// admit checks everything that can be checked before asking a human, then records acceptance: the
-// finalizer (so no request is ever left behind) and the Tool's executionTimeout (so the ToolCall's
-// timing and its request body stay fixed).
-func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejection, error) {
+// admit checks everything that can be checked before asking a human, runs the Tool's approval rules,
+// then records acceptance: the finalizer (so no request is ever left behind), the Tool's
+// executionTimeout (so the ToolCall's timing and its request body stay fixed) and the Tool's UID and
+// generation (so that only this version of the Tool runs).
+func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admitted, *rejection, error) {
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
-		return rej, err
+		return nil, rej, err
+	}
+	adm, rej := r.applyRules(tc, tool)
+	if rej != nil {
+		return nil, rej, nil
 	}
 	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: executionTimeout(tool)}
 	timeout := r.Timing.RequestedTimeout(w, durationPtr(tc.Spec.Timeout), r.Clock.Now())
 	if err := r.Timing.CheckFits(w, timeout, r.Clock.Now()); err != nil {
-		return &rejection{tg.ReasonTimeoutDoesNotFit, "spec.timeout: " + err.Error() + "."}, nil
+		return nil, &rejection{tg.ReasonTimeoutDoesNotFit, "spec.timeout: " + err.Error() + "."}, nil
 	}
 	// The Job the approval would start must be valid before anyone is asked to approve it. The
 	// template decides that, so the dry run runs once per Tool generation.
@@ -31,9 +36,9 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
 		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-				return &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
+				return nil, &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
 			}
-			return nil, fmt.Errorf("dry-running the Job of Tool %s: %w", tool.Name, err)
+			return nil, nil, fmt.Errorf("dry-running the Job of Tool %s: %w", tool.Name, err)
 		}
 		r.tools.templatePassed(tool)
 	}
@@ -44,11 +49,12 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*rejec
 	}
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
+	recordToolVersion(tc, tool)
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return nil, fmt.Errorf("recording the acceptance (finalizer and annotations): %w", err)
+		return nil, nil, fmt.Errorf("recording the acceptance (finalizer and annotations): %w", err)
 	}
 	r.written.wrote(tc)
-	return nil, nil
+	return adm, nil, nil
 }
 
 // checkInput finds the ToolCall's Tool and checks the arguments: their size and depth, then the Tool's
@@ -73,36 +79,42 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 // executionTimeout, and an approval timeout that is spec.timeout when set and fits the waiting limit
 // counted from creation. A genuine record passes, so a submission repeated after a crash is still the
 // same POST. The Job dry run is not repeated: it checks the Tool, not the ToolCall, it would add an
-// apiserver request to every repeated submission, and the Job is validated when it is created.
-func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*rejection, error) {
+// apiserver request to every repeated submission, and the Job is validated when it is created. The
+// Tool must still be the version the record names; its approval rules then decide again, as they
+// did at acceptance.
+func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*admitted, *rejection, error) {
 	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
 	if rej != nil {
-		return rej, nil
+		return nil, rej, nil
 	}
 	timeout, rej := acceptedDuration(tc, tg.AnnotationApprovalTimeout)
 	if rej != nil {
-		return rej, nil
+		return nil, rej, nil
 	}
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
-		return rej, err
+		return nil, rej, err
 	}
 	if want := executionTimeout(tool); exec != want {
-		return notAccepted(fmt.Sprintf("annotation %s is %s while Tool %s has executionTimeout %s (if the Tool was changed after the ToolCall was accepted, create the ToolCall again)",
+		return nil, notAccepted(fmt.Sprintf("annotation %s is %s while Tool %s has executionTimeout %s (if the Tool was changed after the ToolCall was accepted, create the ToolCall again)",
 			tg.AnnotationExecutionTimeout, exec, tool.Name, want)), nil
 	}
 	if tc.Spec.Timeout != nil {
 		if want := tc.Spec.Timeout.Duration.Truncate(time.Second); timeout != want {
-			return notAccepted(fmt.Sprintf("annotation %s is %s while spec.timeout is %s", tg.AnnotationApprovalTimeout, timeout, want)), nil
+			return nil, notAccepted(fmt.Sprintf("annotation %s is %s while spec.timeout is %s", tg.AnnotationApprovalTimeout, timeout, want)), nil
 		}
 	}
 	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: exec}
 	if timeout != timeout.Truncate(time.Second) || r.Timing.CheckFits(w, timeout, w.Created) != nil {
 		most := max(r.Timing.ApprovalLimit(w).Sub(w.Created)-r.Timing.FinalStateMargin, 0).Truncate(time.Second)
-		return notAccepted(fmt.Sprintf("annotation %s is %s while the approval timeouts that fit this ToolCall's waiting limit are whole seconds from 1s to %s",
+		return nil, notAccepted(fmt.Sprintf("annotation %s is %s while the approval timeouts that fit this ToolCall's waiting limit are whole seconds from 1s to %s",
 			tg.AnnotationApprovalTimeout, timeout, most)), nil
 	}
-	return nil, nil
+	if rej := checkToolVersion(tc, tool); rej != nil {
+		return nil, rej, nil
+	}
+	adm, rej := r.applyRules(tc, tool)
+	return adm, rej, nil
 }
 
 // acceptedDuration reads one annotation of the acceptance record.

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -33,6 +34,13 @@ func forge(h *th.Harness, name, args string, waitingLimit time.Duration, timeout
 // record is an acceptance record for the harness's refund Tool (executionTimeout 5s).
 func record(exec, approval string) map[string]string {
 	return map[string]string{tg.AnnotationExecutionTimeout: exec, tg.AnnotationApprovalTimeout: approval}
+}
+
+// versioned adds the Tool's version to an acceptance record, as the controller writes it.
+func versioned(record map[string]string, tool *tg.Tool) map[string]string {
+	record[tg.AnnotationToolUID] = string(tool.UID)
+	record[tg.AnnotationToolGeneration] = strconv.FormatInt(tool.Generation, 10)
+	return record
 }
 
 // expectNothingLeftPending checks that every approval request was withdrawn (cancelled; left to its
@@ -126,8 +134,8 @@ func TestFinalizerWithoutAnnotationsIsRejected(t *testing.T) {
 func TestConsistentForgedRecordIsHeldToTheToolsLimits(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	forge(h, "refund", th.RefundArgs, 2*time.Minute, nil, record("5s", "60s"))
+	tool := h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	forge(h, "refund", th.RefundArgs, 2*time.Minute, nil, versioned(record("5s", "60s"), tool))
 
 	req := h.PendingRequest("refund")
 	g.Expect(req.Timeout).To(Equal(provider.FormatTimeout(time.Minute)))

@@ -19,15 +19,21 @@ import (
 // submit admits a new ToolCall (or rejects it) and submits its approval request, idempotently.
 func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
 	accepted := controllerutil.ContainsFinalizer(tc, tg.Finalizer)
+	if accepted && approvedByPolicy(tc) {
+		// A rule approved the call in an earlier reconcile whose Job create failed: the approval is
+		// checked again, with the Tool's version, immediately before the Job, as a human's would be.
+		return r.startJob(ctx, tc)
+	}
+	var adm *admitted
 	var rej *rejection
 	var err error
 	if accepted {
 		// The finalizer and annotations record an earlier acceptance, but whoever may create a
 		// ToolCall may also write them: the record is trusted only if this controller could have
 		// written it.
-		rej, err = r.checkAcceptance(ctx, tc)
+		adm, rej, err = r.checkAcceptance(ctx, tc)
 	} else {
-		rej, err = r.admit(ctx, tc)
+		adm, rej, err = r.admit(ctx, tc)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -38,6 +44,9 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 		}
 		setPhase(tc, tg.PhaseRejected, rej.reason, rej.message)
 		return ctrl.Result{}, nil
+	}
+	if adm.verdict.Action == tg.ActionApprove {
+		return r.approveByPolicy(ctx, tc, adm)
 	}
 	w, sub, err := r.submission(tc)
 	if err != nil {
@@ -265,8 +274,8 @@ func recordRequest(tc *tg.ToolCall, req *provider.Request) {
 		tc.Status.DeadlineAt = metaTime(&req.DeadlineAt)
 	}
 	if d := req.Decision; d != nil && provider.IsTerminal(req.Status) {
-		tc.Status.Decision = &tg.Decision{Status: req.Status, Note: d.Note, DecidedAt: metaTime(d.DecidedAt), ExpiresAt: metaTime(d.ExpiresAt)}
+		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider, Note: d.Note, DecidedAt: metaTime(d.DecidedAt), ExpiresAt: metaTime(d.ExpiresAt)}
 	} else if provider.IsTerminal(req.Status) {
-		tc.Status.Decision = &tg.Decision{Status: req.Status}
+		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
 )
 
 // startJob starts the approved call: the Job's existence is the record that the tool ran, so an
@@ -60,7 +62,8 @@ type notStarted struct {
 }
 
 // approvedJob builds the Job for an approved call, or says why the call cannot start now: the Tool is
-// gone or invalid, the approval is no longer valid at this instant, or no time is left to run it.
+// gone, invalid or no longer the version the call was accepted against, the approval is no longer
+// valid at this instant, or no time is left to run it.
 func (r *ToolCallReconciler) approvedJob(ctx context.Context, tc *tg.ToolCall) (*batchv1.Job, *notStarted, error) {
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil {
@@ -69,24 +72,51 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, tc *tg.ToolCall) (
 	if rej != nil {
 		return nil, &notStarted{tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: " + rej.message + " The call did not run."}, nil
 	}
+	// The Job is built from the Tool as the apiserver has it now, not as the cache last saw it: an
+	// edit the cache has not delivered yet must stop the call, not run the version before it.
+	live := &tg.Tool{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(tool), live); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("reading Tool %s before creating the Job: %w", tool.Name, err)
+		}
+		return nil, &notStarted{tg.PhaseFailed, tg.ReasonInvalidTool, fmt.Sprintf("The call was approved but could not start: Tool %s was deleted. The call did not run.", tool.Name)}, nil
+	}
+	tool = live
 	w, _, err := r.submission(tc)
 	if err != nil {
 		return nil, nil, err
 	}
 	// The Tool's limit holds whatever the ToolCall's metadata says.
 	w.ExecutionTimeout = min(w.ExecutionTimeout, executionTimeout(tool))
-	job := buildJob(tc, tool, r.Timing.ActiveDeadline(w, r.Clock.Now()))
-
-	// Immediately before the call starts: is the approval still valid, and is there still time?
 	now := r.Clock.Now()
-	expires := timeOf(tc.Status.Decision.ExpiresAt)
-	if !r.Timing.ApprovalUsable(now, expires) {
-		return nil, &notStarted{tg.PhaseExpired, tg.ReasonApprovalExpired, fmt.Sprintf("The approval expired at %s, before the call could start. The call did not run.", expires.UTC().Format(time.RFC3339))}, nil
+	if stop := runGate(tc, tool, w, r.Timing, now); stop != nil {
+		return nil, stop, nil
 	}
-	if !now.Before(r.Timing.ApprovalLimit(w)) || *job.Spec.ActiveDeadlineSeconds < 1 {
-		return nil, &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool. The call did not run."}, nil
+	return buildJob(tc, tool, r.Timing.ActiveDeadline(w, now)), nil, nil
+}
+
+// runGate is the run/don't-run decision immediately before the Job is created, nil when the call may
+// start now: the Tool is the version the call was accepted against, the recorded decision (a human's
+// or a rule's) is an approval still valid at now by its expiry less the skew margin, the approval
+// limit has not passed, and at least one second is left to run the tool.
+func runGate(tc *tg.ToolCall, tool *tg.Tool, w Window, t Timing, now time.Time) *notStarted {
+	// The approval covers the version of the Tool the call was accepted against, and no other.
+	if problem := toolVersionProblem(tc, tool); problem != "" {
+		return toolChanged(problem)
 	}
-	return job, nil, nil
+	d := tc.Status.Decision
+	if d == nil || d.Status != provider.StatusApproved {
+		// Never reached: the Job is only ever started for an approval. Fail closed all the same.
+		return &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonUntrustedResponse, "Approval could not be obtained: the recorded decision is not an approval. The call did not run."}
+	}
+	expires := timeOf(d.ExpiresAt)
+	if !t.ApprovalUsable(now, expires) {
+		return &notStarted{tg.PhaseExpired, tg.ReasonApprovalExpired, fmt.Sprintf("The approval expired at %s, before the call could start. The call did not run.", expires.UTC().Format(time.RFC3339))}
+	}
+	if !now.Before(t.ApprovalLimit(w)) || t.ActiveDeadline(w, now) < 1 {
+		return &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool. The call did not run."}
+	}
+	return nil
 }
 
 // jobExists says whether the ToolCall's Job was created: from the cache if it holds the Job, else
@@ -169,10 +199,14 @@ func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batc
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        JobName(tc),
-			Namespace:   tc.Namespace,
-			Labels:      merge(tmpl.Labels, labels),
-			Annotations: tmpl.Annotations,
+			Name:      JobName(tc),
+			Namespace: tc.Namespace,
+			Labels:    merge(tmpl.Labels, labels),
+			// The version of the Tool the Job was built from: the one the call was accepted against.
+			Annotations: merge(tmpl.Annotations, map[string]string{
+				tg.AnnotationToolUID:        string(tool.UID),
+				tg.AnnotationToolGeneration: strconv.FormatInt(tool.Generation, 10),
+			}),
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: tg.GroupVersion.String(), Kind: "ToolCall", Name: tc.Name, UID: tc.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),

@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -113,6 +114,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if waiter == nil {
 		waiter = NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter"))
 	}
+	rules, err := newRuleCache(policy.DefaultLimits())
+	if err != nil {
+		return nil, err
+	}
 	r := &ToolCallReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -126,9 +131,14 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		SkipNameValidation:      o.SkipNameValidation,
 	}
+	r.rules = rules
 	r.Defaults()
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ToolCall controller: %w", err)
+	}
+	tools := &ToolReconciler{Client: mgr.GetClient(), SkipNameValidation: o.SkipNameValidation, rules: rules}
+	if err := tools.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the Tool controller: %w", err)
 	}
 	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

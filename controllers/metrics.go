@@ -30,10 +30,15 @@ var (
 		Name: "toolgate_pending_waiters",
 		Help: "Approval requests being long-polled right now.",
 	})
+
+	policyDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_policy_decisions_total",
+		Help: "ToolCalls decided by a rule of their Tool's spec.approval without asking a human, by action (Approve, Deny).",
+	}, []string{"action"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, providerRequestErrors, pendingWaiters)
+	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, providerRequestErrors, pendingWaiters, policyDecisions)
 }
 
 // CountProviderError is the provider client's OnError hook.

@@ -22,15 +22,19 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 	tc.Status.ObservedGeneration = tc.Generation
 	switch phase {
 	case tg.PhasePending, tg.PhaseAwaitingApproval:
-		setCondition(tc, tg.ConditionApproved, metav1.ConditionUnknown, reason, message)
+		if approvedByPolicy(tc) { // an Approve rule matched; the Job is being created
+			setApproved(tc)
+		} else {
+			setCondition(tc, tg.ConditionApproved, metav1.ConditionUnknown, reason, message)
+		}
 		setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool has not been started.")
 		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
 	case tg.PhaseRunning:
-		setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonApproved, "A human approved the call while the approval was valid.")
+		setApproved(tc)
 		setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
 		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
 	case tg.PhaseSucceeded, tg.PhaseFailed:
-		setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonApproved, "A human approved the call while the approval was valid.")
+		setApproved(tc)
 		if tc.Status.JobName != "" {
 			setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
 		} else { // approved, but the Job could not be created (Tool gone, Job refused)
@@ -42,4 +46,14 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 		setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool did not run.")
 		setCondition(tc, tg.ConditionReady, metav1.ConditionTrue, reason, message)
 	}
+}
+
+// setApproved records who approved the call: a human, or an Approve rule of the Tool.
+func setApproved(tc *tg.ToolCall) {
+	if approvedByPolicy(tc) {
+		setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonPolicyApproved,
+			"Rule "+tc.Status.Decision.Rule+" of the Tool's spec.approval approved the call; no human was asked.")
+		return
+	}
+	setCondition(tc, tg.ConditionApproved, metav1.ConditionTrue, tg.ReasonApproved, "A human approved the call while the approval was valid.")
 }

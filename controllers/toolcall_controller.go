@@ -51,6 +51,8 @@ type ToolCallReconciler struct {
 
 	tools   toolCache
 	written writeLog
+	// rules are the Tools' compiled approval rules, shared with the Tool controller.
+	rules *ruleCache
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch
@@ -133,9 +135,13 @@ func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolC
 
 // recordTransition emits an event and counts outcomes when the phase changed.
 func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
-	if tc.Status.Decision != nil && orig.Status.Decision == nil {
-		// The provider's terminal answer was recorded: counted once, when it is first written.
-		approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
+	if d := tc.Status.Decision; d != nil && orig.Status.Decision == nil {
+		// The decision was recorded: counted once, when it is first written.
+		if decidedByPolicy(tc) {
+			r.recordPolicyDecision(tc)
+		} else {
+			approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
+		}
 	}
 	if orig.Status.Phase == tc.Status.Phase {
 		return
@@ -220,5 +226,8 @@ func (r *ToolCallReconciler) Defaults() {
 	}
 	if r.CancelGiveUp <= 0 {
 		r.CancelGiveUp = 2 * time.Minute
+	}
+	if r.rules == nil {
+		r.rules = mustRuleCache()
 	}
 }

@@ -1,0 +1,134 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/policy"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// The Tool's approval rules decide, before any human is asked, whether a call is denied, approved by
+// policy, or put to a human. Their answer depends only on the Tool's generation (bound at acceptance)
+// and the ToolCall's immutable spec, so evaluating them again after a crash gives the same answer.
+
+// admitted is an accepted ToolCall's Tool and what its approval rules decided.
+type admitted struct {
+	tool    *tg.Tool
+	verdict policy.Result
+}
+
+// applyRules compiles (once per Tool generation) and runs the Tool's approval rules on the call. A
+// Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
+// Approve or Require.
+func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitted, *rejection) {
+	rules, err := r.rules.rules(tool)
+	if err != nil {
+		return nil, invalidRules(tool, err)
+	}
+	verdict := r.evaluateRules(tc, tool, rules)
+	if verdict.Action == tg.ActionDeny {
+		return nil, policyDenial(tc, tool, verdict.Rule)
+	}
+	return &admitted{tool: tool, verdict: verdict}, nil
+}
+
+// invalidRules is the rejection of a call to a Tool whose rules do not compile.
+func invalidRules(tool *tg.Tool, err error) *rejection {
+	return &rejection{tg.ReasonInvalidApprovalRules, fmt.Sprintf(
+		"Tool %s: its spec.approval does not compile (%v); an admin must fix the Tool. No human was asked and the call did not run.", tool.Name, err)}
+}
+
+// evaluateRules runs the Tool's rules on the call. A rule that cannot be evaluated puts the call to a
+// human and says so in a Warning event.
+func (r *ToolCallReconciler) evaluateRules(tc *tg.ToolCall, tool *tg.Tool, rules *policy.Rules) policy.Result {
+	res := rules.Evaluate(policy.Input{Arguments: tc.Spec.Arguments.Raw, Requester: requesterOf(tc)})
+	if res.Err != nil {
+		r.Recorder.Eventf(tc, tool, corev1.EventTypeWarning, tg.ReasonPolicyError, "EvaluateRules",
+			"Tool %s's approval rules could not decide (%v); a human is asked instead.", tool.Name, res.Err)
+	}
+	return res
+}
+
+// policyDenial is the outcome of a call a Deny rule matched: Rejected, the rule recorded as the
+// decision's source.
+func policyDenial(tc *tg.ToolCall, tool *tg.Tool, rule string) *rejection {
+	tc.Status.Decision = &tg.Decision{Status: provider.StatusDenied, Source: tg.DecisionSourcePolicy, Rule: rule}
+	return &rejection{tg.ReasonPolicyDenied, fmt.Sprintf(
+		"Rule %s of Tool %s denied the call (spec.approval); no human was asked. The call did not run.", rule, tool.Name)}
+}
+
+// recordPolicyApproval records an Approve rule's decision. A policy approval is valid as long as a
+// human's could be: the approval timeout fixed at acceptance, and never past the waiting limit's room
+// to run the tool. It is recorded once: a repeated evaluation (after a failed Job create) keeps the
+// first decision and its expiry.
+func recordPolicyApproval(tc *tg.ToolCall, rule string, w Window, approvalTimeout time.Duration, t Timing, now time.Time) {
+	if d := tc.Status.Decision; d != nil && approvedByPolicy(tc) && d.Rule == rule && d.ExpiresAt != nil {
+		return
+	}
+	// Whole seconds, as the status stores them: what is checked before the Job is what is recorded.
+	now = now.Truncate(time.Second)
+	expires := now.Add(approvalTimeout)
+	if limit := t.ApprovalLimit(w).Truncate(time.Second); limit.Before(expires) {
+		expires = limit
+	}
+	tc.Status.Decision = &tg.Decision{
+		Status:    provider.StatusApproved,
+		Source:    tg.DecisionSourcePolicy,
+		Rule:      rule,
+		DecidedAt: metaTime(&now),
+		ExpiresAt: metaTime(&expires),
+	}
+}
+
+// approveByPolicy records an Approve rule's decision and starts the Job, with every check a human's
+// approval gets immediately before it.
+func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, tc *tg.ToolCall, adm *admitted) (ctrl.Result, error) {
+	w, sub, err := r.submission(tc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rule := adm.verdict.Rule
+	recordPolicyApproval(tc, rule, w, sub.Timeout, r.Timing, r.Clock.Now())
+	setPhase(tc, tg.PhasePending, tg.ReasonPolicyApproved, fmt.Sprintf(
+		"Rule %s of Tool %s approved the call (spec.approval); no human was asked. Starting the Job.", rule, adm.tool.Name))
+	return r.startJob(ctx, tc)
+}
+
+// decidedByPolicy reports whether the ToolCall's decision came from an approval rule.
+func decidedByPolicy(tc *tg.ToolCall) bool {
+	return tc.Status.Decision != nil && tc.Status.Decision.Source == tg.DecisionSourcePolicy
+}
+
+// approvedByPolicy reports whether an Approve rule approved the ToolCall.
+func approvedByPolicy(tc *tg.ToolCall) bool {
+	return decidedByPolicy(tc) && tc.Status.Decision.Status == provider.StatusApproved
+}
+
+// requesterOf is who created the ToolCall, as admission recorded it in spec.requester; empty when
+// not recorded.
+func requesterOf(tc *tg.ToolCall) policy.Requester {
+	r := tc.Spec.Requester
+	if r == nil {
+		return policy.Requester{}
+	}
+	return policy.Requester{Username: r.Username, UID: r.UID, Groups: r.Groups}
+}
+
+// recordPolicyDecision counts a rule's decision and, for an approval (whose phase event is the Job's),
+// says which rule approved.
+func (r *ToolCallReconciler) recordPolicyDecision(tc *tg.ToolCall) {
+	d := tc.Status.Decision
+	if d.Status == provider.StatusApproved {
+		policyDecisions.WithLabelValues(string(tg.ActionApprove)).Inc()
+		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, tg.ReasonPolicyApproved, "EvaluateRules",
+			"Rule %s of the Tool's spec.approval approved the call; no human was asked.", d.Rule)
+		return
+	}
+	policyDecisions.WithLabelValues(string(tg.ActionDeny)).Inc()
+}
