@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
 )
 
 // The timing functions decide whether an approved call may start and for how long. There is no
@@ -364,6 +367,149 @@ func FuzzRunGate(f *testing.F) {
 		}
 		if ad != int64(w.ExecutionTimeout/time.Second) {
 			t.Fatalf("runs for %ds, not the execution timeout %s", ad, w.ExecutionTimeout)
+		}
+	})
+}
+
+// gateTool is the Tool of the run-gate fuzz targets; gateCall a ToolCall accepted against it.
+func gateTool() *tg.Tool {
+	tool := &tg.Tool{}
+	tool.Name, tool.UID, tool.Generation = "issue-refund", "tool-uid-1", 3
+	return tool
+}
+
+func gateCall() *tg.ToolCall {
+	tc := &tg.ToolCall{}
+	tc.Annotations = map[string]string{tg.AnnotationToolUID: "tool-uid-1", tg.AnnotationToolGeneration: "3"}
+	return tc
+}
+
+// FuzzRunGateWithDecisions: runGate, the run/don't-run decision immediately before the Job, over
+// arbitrary windows, instants, decisions (none, a provider's of any status, a rule's approval as
+// recordPolicyApproval records it, a rule's denial) and Tool versions (the accepted one, another
+// generation, another UID, none recorded). The call may start exactly when the Tool is the accepted
+// version, the decision is an approval, now < expires_at - skewMargin, now is before the approval
+// limit and a whole second is left to run; computed independently in exact arithmetic. A changed
+// Tool always says ToolChanged, whatever the decision; nothing the gate refuses is ever Denied; and
+// a rule's approval never outlives the approval limit or its approval timeout.
+func FuzzRunGateWithDecisions(f *testing.F) {
+	sec := int64(time.Second)
+	addSeeds(f, product(offsets, []int64{0, 1, -1, sec, int64(5 * time.Minute)}, []int64{0, 1, 2, 3, 4, 5, 6, 7}, []int64{0, int64(30 * time.Minute)}, []int64{0, 1, 2, 3})...)
+	f.Fuzz(func(t *testing.T, created, waiting, exec, ret, final, skew, submit, nowOff, expOff, sel, approvalTimeout, version int64) {
+		tm, w := fuzzWindow(created, waiting, exec, ret, final, skew, submit)
+		limit := tm.ApprovalLimit(w)
+		now := w.Created.Add(span(nowOff, -maxSpan, maxSpan))
+		if sel&1 != 0 {
+			now = limit.Add(near(nowOff))
+		}
+		tool, tc := gateTool(), gateCall()
+		switch choose(version, 0, 1, 2, 3) {
+		case 1:
+			tool.Generation++
+		case 2:
+			tool.UID = "tool-uid-2"
+		case 3:
+			tc.Annotations = nil
+		}
+		sameVersion := choose(version, true, false, false, false)
+
+		var expires time.Time // zero: no expires_at recorded
+		switch choose(sel>>1, 0, 1, 2, 3) {
+		case 1:
+			expires = now.Add(span(expOff, -maxSpan, maxSpan))
+		case 2:
+			expires = now.Add(tm.SkewMargin + near(expOff))
+		}
+		timeout := span(approvalTimeout, 0, maxSpan)
+		approved := false
+		switch kind := choose(sel>>3, 0, 1, 2, 3); kind {
+		case 1: // the provider's decision, any status
+			status := choose(sel>>5, provider.StatusApproved, provider.StatusDenied, provider.StatusExpired, provider.StatusCancelled, "approved ", "")
+			tc.Status.Decision = &tg.Decision{Status: status, Source: tg.DecisionSourceProvider, ExpiresAt: metaTime(&expires)}
+			approved = status == provider.StatusApproved
+		case 2: // a rule's approval, recorded when the rule matched, at or before now
+			if now.Year() < 1000 || now.Year() > 9000 {
+				return
+			}
+			decided := now.Add(-span(expOff, 0, time.Hour))
+			recordPolicyApproval(tc, "small-refunds", w, timeout, tm, decided)
+			approved = true
+			d := tc.Status.Decision
+			if d.Source != tg.DecisionSourcePolicy || d.Rule != "small-refunds" || d.Status != provider.StatusApproved {
+				t.Fatalf("a rule's approval is recorded as %+v", d)
+			}
+			expires = timeOf(d.ExpiresAt)
+			if expires.After(limit) {
+				t.Fatalf("a rule's approval expires at %s, after the approval limit %s", expires, limit)
+			}
+			if expires.After(decided.Add(timeout)) {
+				t.Fatalf("a rule's approval decided at %s for %s expires at %s", decided, timeout, expires)
+			}
+		case 3: // a rule's denial
+			tc.Status.Decision = &tg.Decision{Status: provider.StatusDenied, Source: tg.DecisionSourcePolicy, Rule: "never-prod"}
+		}
+		if tc.Status.Decision != nil {
+			expires = timeOf(tc.Status.Decision.ExpiresAt)
+		}
+
+		stop := runGate(tc, tool, w, tm, now)
+		ad := tm.ActiveDeadline(w, now)
+		want := sameVersion && approved && !expires.IsZero() &&
+			nanos(now).Cmp(plus(expires, -tm.SkewMargin)) < 0 && now.Before(limit) && ad >= 1
+		if (stop == nil) != want {
+			t.Fatalf("runGate at %s (decision %+v, expires %s, skew %s, limit %s, %ds left, same version %v) = %+v, want run=%v",
+				now, tc.Status.Decision, expires, tm.SkewMargin, limit, ad, sameVersion, stop, want)
+		}
+		if stop == nil {
+			if ad != int64(w.ExecutionTimeout/time.Second) {
+				t.Fatalf("runs for %ds, not the execution timeout %s", ad, w.ExecutionTimeout)
+			}
+			return
+		}
+		if !sameVersion && stop.reason != tg.ReasonToolChanged {
+			t.Fatalf("a Tool that is not the accepted version stops the call with %s, not ToolChanged", stop.reason)
+		}
+		if stop.phase == tg.PhaseDenied || !stop.phase.IsTerminal() || !strings.HasSuffix(stop.message, "The call did not run.") {
+			t.Fatalf("the gate refused the call with %s/%s %q", stop.phase, stop.reason, stop.message)
+		}
+	})
+}
+
+// FuzzProviderAnswerIsNeverAPolicyDecision: whatever a provider answers (fields named like a rule's
+// decision included), what the controller records from it is the provider's decision, and the gate
+// lets the call run only on the provider's approval.
+func FuzzProviderAnswerIsNeverAPolicyDecision(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":"req-1","tool":"issue_refund","status":"approved","decision":{"status":"approved","source":"Policy","rule":"small-refunds","decided_at":"2026-09-16T12:01:00Z","expires_at":"2026-09-16T12:06:00Z"}}`,
+		`{"id":"req-1","tool":"issue_refund","status":"denied","source":"Policy","rule":"x","decision":{"status":"denied","note":"no","decided_at":"2026-09-16T12:01:00Z"}}`,
+		`{"id":"req-1","status":"expired","decision":{"status":"expired"}}`,
+		`{"id":"req-1","status":"cancelled"}`,
+		`{"id":"req-1","tool":"issue_refund","status":"pending","deadline_at":"2026-09-16T12:30:00Z"}`,
+	} {
+		f.Add([]byte(seed), int64(time.Minute))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, nowOff int64) {
+		req, err := provider.DecodeRequest(body)
+		if err != nil {
+			return
+		}
+		tc := gateCall()
+		recordRequest(tc, req)
+		d := tc.Status.Decision
+		if d == nil {
+			if provider.IsTerminal(req.Status) {
+				t.Fatalf("terminal status %q recorded no decision", req.Status)
+			}
+			return
+		}
+		if d.Source != tg.DecisionSourceProvider || d.Rule != "" {
+			t.Fatalf("a provider answer was recorded as %+v", d)
+		}
+		tm := DefaultTiming()
+		w := Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 5 * time.Minute}
+		now := t0.Add(span(nowOff, 0, time.Hour))
+		if runGate(tc, gateTool(), w, tm, now) == nil && req.Status != provider.StatusApproved {
+			t.Fatalf("the gate lets a %q answer run", req.Status)
 		}
 	})
 }
