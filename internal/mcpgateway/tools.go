@@ -233,7 +233,7 @@ func (g *Gateway) toolDefinitions(tools []tg.Tool) map[string]*mcp.Tool {
 			desc += fmt.Sprintf(" Warning: Tools %s in namespace %s all have toolName %q, so calls are rejected until an admin keeps only one.",
 				strings.Join(objs, ", "), g.namespace, name)
 		}
-		out[name] = &mcp.Tool{Name: name, Description: desc, InputSchema: InputSchema(t)}
+		out[name] = &mcp.Tool{Name: name, Description: desc, InputSchema: InputSchema(t), Annotations: ToolAnnotations(t)}
 	}
 	return out
 }
@@ -257,4 +257,23 @@ func InputSchema(t *tg.Tool) map[string]any {
 	}
 	schema["type"] = "object"
 	return schema
+}
+
+// ToolAnnotations are the MCP tool annotation hints the Tool declares in spec.mcpAnnotations, nil
+// when it declares none. Hints a Tool leaves out keep MCP's defaults (readOnlyHint and
+// idempotentHint false, destructiveHint true). They are hints for clients: every call still goes
+// through the Tool's approval rules and, unless a rule approves it, a human.
+func ToolAnnotations(t *tg.Tool) *mcp.ToolAnnotations {
+	h := t.Spec.MCPAnnotations
+	if h == nil {
+		return nil
+	}
+	a := &mcp.ToolAnnotations{DestructiveHint: h.DestructiveHint}
+	if h.ReadOnlyHint != nil {
+		a.ReadOnlyHint = *h.ReadOnlyHint
+	}
+	if h.IdempotentHint != nil {
+		a.IdempotentHint = *h.IdempotentHint
+	}
+	return a
 }
