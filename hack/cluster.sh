@@ -18,6 +18,7 @@
 # containerd:
 #   localhost/toolgate/toolgate:dev      manager, reference-provider, toolgate-mcp (as the Dockerfile)
 #   localhost/toolgate/issue-refund:dev  the demo tool of config/samples (cmd/issue-refund)
+#   localhost/toolgate/kubectl-toolcall:dev  cmd/kubectl-toolcall, for an agent Pod that requests calls
 #   localhost/toolgate/pause:3.10        the Pod sandbox (hack/pause), containerd's sandbox_image
 #
 # Environment:
@@ -37,6 +38,7 @@ ctr_cmd=(ctr --address "${state}/containerd/containerd.sock" -n k8s.io)
 
 MANAGER_IMAGE=localhost/toolgate/toolgate:dev
 TOOL_IMAGE=localhost/toolgate/issue-refund:dev
+AGENT_IMAGE=localhost/toolgate/kubectl-toolcall:dev
 PAUSE_IMAGE=localhost/toolgate/pause:3.10
 # The reference provider's Service address in config/dev (there is no cluster DNS).
 PROVIDER_URL=http://10.96.0.80:8085
@@ -92,13 +94,15 @@ build_images() {
   local out=bin/linux c
   mkdir -p "${out}" "${state}/images"
   for c in manager:./cmd reference-provider:./cmd/reference-provider toolgate-mcp:./cmd/toolgate-mcp \
-    issue-refund:./cmd/issue-refund pause:./hack/pause; do
+    issue-refund:./cmd/issue-refund kubectl-toolcall:./cmd/kubectl-toolcall pause:./hack/pause; do
     CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "${out}/${c%%:*}" "${c#*:}"
   done
   bin/image --tag "${MANAGER_IMAGE}" --out "${state}/images/toolgate.tar" --entrypoint /manager --user 65532:65532 \
     --file "/manager=${out}/manager" --file "/reference-provider=${out}/reference-provider" --file "/toolgate-mcp=${out}/toolgate-mcp" >&2
   bin/image --tag "${TOOL_IMAGE}" --out "${state}/images/issue-refund.tar" --entrypoint /issue-refund --user 65532:65532 \
     --file "/issue-refund=${out}/issue-refund" >&2
+  bin/image --tag "${AGENT_IMAGE}" --out "${state}/images/kubectl-toolcall.tar" --entrypoint /kubectl-toolcall --user 65532:65532 \
+    --file "/kubectl-toolcall=${out}/kubectl-toolcall" >&2
   bin/image --tag "${PAUSE_IMAGE}" --out "${state}/images/pause.tar" --entrypoint /pause --user 65535:65535 --ca-bundle "" \
     --file "/pause=${out}/pause" >&2
 }

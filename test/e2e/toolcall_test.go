@@ -4,11 +4,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -103,5 +107,42 @@ func TestManagerKilledMidFlightRunsTheToolOnce(t *testing.T) {
 	killLeader(t, g)
 	waitPhase(g, tc, tg.PhaseSucceeded, failoverTimeout)
 	expectReceipt(g, tc)
+	waitManagerReady(g)
+}
+
+// Two manager replicas: one leads, the other waits. The leader is killed while a call awaits its
+// decision; the standby takes the Lease over and runs the approved call, once.
+func TestStandbyManagerTakesOverFromAKilledLeader(t *testing.T) {
+	g := NewWithT(t)
+	scaleManager(t, g, 2)
+	t.Cleanup(func() { scaleManager(t, NewWithT(t), 1) })
+	before := map[string]bool{}
+	for _, p := range managerPods(g) {
+		before[p.Name] = true
+	}
+
+	ns := newNamespace(t)
+	createTool(t, g, sampleTool(t, ns))
+	tc := submit(t, g, ns)
+	victim := killLeader(t, g)
+	decide(g, tc, true, "10m")
+
+	var holder string
+	g.Eventually(func(g Gomega) {
+		holder = leader(g)
+		g.Expect(holder).NotTo(HavePrefix(victim+"_"), "the killed leader still holds the Lease")
+		g.Expect(holder).NotTo(BeEmpty())
+	}).WithTimeout(failoverTimeout).WithPolling(time.Second).Should(Succeed())
+	t.Logf("Lease now held by %s (manager Pods before the kill: %v)", holder, before)
+	waitPhase(g, tc, tg.PhaseSucceeded, failoverTimeout)
+	expectReceipt(g, tc)
+}
+
+// scaleManager sets the manager Deployment's replicas and waits until they are all ready.
+func scaleManager(t *testing.T, g Gomega, replicas int32) {
+	t.Helper()
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: "toolgate-controller-manager"}}
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+	g.Expect(k8s.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
 	waitManagerReady(g)
 }
