@@ -452,7 +452,7 @@ func (c *HTTPClient) problem(cl *call, resp *http.Response, data []byte, cred st
 		p = Problem{} // not JSON at all: the status alone
 	}
 	code := p.Code
-	if !knownCode(code) || unsupported(cl.op, resp.StatusCode) {
+	if !codeFits(code, resp.StatusCode) || unsupported(cl.op, resp.StatusCode) {
 		code = codeForStatus(cl.op, resp.StatusCode)
 	}
 	if cl.op == "cancel" && resp.StatusCode == http.StatusConflict && p.Code == CodeAlreadyDecided && (perr != nil || p.Request != nil) {
@@ -484,6 +484,29 @@ func (c *HTTPClient) problem(cl *call, resp *http.Response, data []byte, cred st
 		Retryable:  retryableStatus(resp.StatusCode, code),
 		RetryAfter: retryAfter(resp.Header.Get("Retry-After")),
 	}
+}
+
+// codeFits reports whether a problem code is one the API defines for this status: only then does it
+// refine what the status says. A code the API does not define, one that contradicts the status, or
+// one of the client's own (untrusted_response...) is not the provider's to send.
+func codeFits(code string, status int) bool {
+	switch code {
+	case CodeInvalidRequest, CodeIdempotencyKeyMissing, CodeInvalidTimeout:
+		return status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge
+	case CodeUnauthenticated:
+		return status == http.StatusUnauthorized
+	case CodeNotFound:
+		return status == http.StatusNotFound
+	case CodeIdempotencyInFlight, CodeAlreadyDecided:
+		return status == http.StatusConflict
+	case CodeIdempotencyKeyReused:
+		return status == http.StatusUnprocessableEntity
+	case CodeRateLimited:
+		return status == http.StatusTooManyRequests
+	case CodeInternal:
+		return status >= 500
+	}
+	return false
 }
 
 // unsupported reports whether status says the provider does not offer the operation at all, whatever
@@ -539,11 +562,6 @@ func urlErrorOp(method string) string {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// knownCode reports whether code is one the API or the client defines.
-func knownCode(code string) bool {
-	return metricCode(code) == code
 }
 
 // metricCode bounds the error codes used as metric labels to the ones the API and the client

@@ -135,7 +135,8 @@ var errorBodies = []struct {
 	{"empty", "", ""},
 }
 
-// Error responses are classified by their status code; a problem+json code only refines a 409.
+// Error responses are classified by their status code; a problem+json code refines it only where the
+// API defines that code for that status.
 func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -158,8 +159,11 @@ func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 		{name: "submit 502", op: "submit", status: 502, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
 		{name: "submit 503", op: "submit", status: 503, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
 		{name: "wait 404", op: "wait", status: 404, problem: provider.CodeNotFound, code: provider.CodeNotFound},
-		{name: "wait 408", op: "wait", status: 408, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
+		{name: "wait 408", op: "wait", status: 408, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, retried: true},
 		{name: "wait 504", op: "wait", status: 504, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
+		{name: "wait 503 claiming not_found", op: "wait", status: 503, problem: provider.CodeNotFound, code: provider.CodeHTTPStatus, retried: true},
+		{name: "wait 500 claiming untrusted_response", op: "wait", status: 500, problem: provider.CodeUntrusted, code: provider.CodeHTTPStatus, retried: true},
+		{name: "submit 400 claiming idempotency_in_flight", op: "submit", status: 400, problem: provider.CodeIdempotencyInFlight, code: provider.CodeInvalidRequest},
 		{name: "cancel 404 (no cancel endpoint)", op: "cancel", status: 404, problem: provider.CodeNotFound, code: provider.CodeCancelUnsupported, problemCode: provider.CodeNotFound},
 		{name: "cancel 405 (no cancel endpoint)", op: "cancel", status: 405, problem: provider.CodeInvalidRequest, code: provider.CodeCancelUnsupported},
 		{name: "cancel 501 (no cancel endpoint)", op: "cancel", status: 501, problem: provider.CodeInternal, code: provider.CodeCancelUnsupported},
