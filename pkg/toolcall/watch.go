@@ -2,150 +2,120 @@ package toolcall
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"time"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
-// Backoff between attempts to reopen a watch that failed or closed without delivering anything.
-const (
-	rewatchBackoffBase = 100 * time.Millisecond
-	rewatchBackoffCap  = 5 * time.Second
-)
-
 // watch follows the ToolCall from tc (already read, already passed to progress) until it is terminal.
-// It reads the object again only when the apiserver no longer has tc's resourceVersion ("too old"):
-// a watch that merely closes is reopened from the last resourceVersion seen.
+// client-go's RetryWatcher keeps a watch open from the last resourceVersion seen (bookmarks included)
+// and reopens it whenever it closes or fails. The ToolCall is read again only when the apiserver no
+// longer has that resourceVersion ("too old"); a new RetryWatcher then starts from the fresh object.
 func (c *Client) watch(ctx context.Context, tc *tg.ToolCall, progress func(*tg.ToolCall)) (*Result, error) {
 	last := tc
-	// rv is where the next watch starts: the last object's, or a newer bookmark's.
-	rv := tc.ResourceVersion
-	backoff := time.Duration(0)
-	// resync reads the ToolCall again when its resourceVersion is too old to watch from, and has the
-	// next watch start at once from the fresh object.
-	resync := func() error {
-		fresh, err := c.refresh(ctx, last)
+	for !last.Status.Phase.IsTerminal() {
+		err := c.follow(ctx, &last, progress)
+		if errors.Is(err, errTooOld) {
+			var fresh *tg.ToolCall
+			if fresh, err = c.refresh(ctx, last); err == nil {
+				c.observe(&last, fresh, progress)
+			}
+		}
 		if err != nil {
-			return err
-		}
-		c.observe(&last, fresh, progress)
-		rv = last.ResourceVersion
-		backoff = 0
-		return nil
-	}
-	for {
-		if last.Status.Phase.IsTerminal() {
-			return outcome(last)
-		}
-		if err := ctx.Err(); err != nil {
-			return resultOf(last), c.stopped(last, err)
-		}
-		if backoff > 0 {
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return resultOf(last), c.stopped(last, ctx.Err())
-			case <-t.C:
-			}
-		}
-
-		w, err := c.c.Watch(ctx, &tg.ToolCallList{}, &client.ListOptions{
-			Namespace:     c.namespace,
-			FieldSelector: fields.OneTermEqualSelector("metadata.name", last.Name),
-			Raw:           &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true},
-		})
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return resultOf(last), c.stopped(last, ctx.Err())
-		case tooOld(err):
-			if rerr := resync(); rerr != nil {
-				return resultOf(last), rerr
-			}
-			continue
-		case fatal(err):
-			return resultOf(last), fmt.Errorf("toolcall: watching ToolCall %s/%s: %w", c.namespace, last.Name, err)
-		default:
-			backoff = nextBackoff(backoff)
-			continue
-		}
-
-		next, delivered, err := c.follow(ctx, w, &last, &rv, progress)
-		w.Stop()
-		switch {
-		case err != nil:
 			return resultOf(last), err
-		case next == followTooOld:
-			if rerr := resync(); rerr != nil {
-				return resultOf(last), rerr
-			}
-		case delivered:
-			backoff = 0
-		default:
-			backoff = nextBackoff(backoff)
 		}
 	}
+	return outcome(last)
 }
 
-type followEnd int
+// errTooOld ends a follow whose resourceVersion the apiserver no longer has.
+var errTooOld = errors.New("resourceVersion too old")
 
-const (
-	followClosed followEnd = iota // reopen from the last resourceVersion
-	followTooOld                  // read the object again, then reopen
-)
-
-// follow reads one watch until it closes, the ToolCall is terminal or gone, or ctx ends. delivered
-// reports whether the watch carried anything (an event or a bookmark).
-func (c *Client) follow(ctx context.Context, w watch.Interface, last **tg.ToolCall, rv *string, progress func(*tg.ToolCall)) (end followEnd, delivered bool, err error) {
-	for {
-		if (*last).Status.Phase.IsTerminal() {
-			return followClosed, delivered, nil
+// follow reads one RetryWatcher, from last's resourceVersion, until the ToolCall is terminal (nil),
+// gone, ctx ends, or the watch cannot go on: errTooOld, or an error that reopening it will not cure.
+func (c *Client) follow(ctx context.Context, last **tg.ToolCall, progress func(*tg.ToolCall)) error {
+	name := (*last).Name
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The RetryWatcher reopens a watch on any error; an error no reopening cures stops it here, and
+	// is kept for the reason.
+	var mu sync.Mutex
+	var stopped error
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		w, err := c.c.Watch(ctx, &tg.ToolCallList{}, &client.ListOptions{
+			Namespace:     c.namespace,
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", name),
+			Raw:           &opts,
+		})
+		if err != nil && (tooOld(err) || fatal(err)) {
+			mu.Lock()
+			stopped = err
+			mu.Unlock()
+			cancel()
 		}
-		select {
-		case <-ctx.Done():
-			return followClosed, delivered, c.stopped(*last, ctx.Err())
-		case ev, ok := <-w.ResultChan():
+		return w, err
+	}}
+	rw, err := watchtools.NewRetryWatcherWithContext(wctx, (*last).ResourceVersion, lw)
+	if err != nil {
+		return fmt.Errorf("toolcall: watching ToolCall %s/%s: %w", c.namespace, name, err)
+	}
+	defer func() {
+		rw.Stop()
+		<-rw.Done()
+	}()
+	for !(*last).Status.Phase.IsTerminal() {
+		ev, ok := <-rw.ResultChan()
+		if !ok {
+			mu.Lock()
+			err := stopped
+			mu.Unlock()
+			return c.ended(ctx, *last, err)
+		}
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			tc, ok := ev.Object.(*tg.ToolCall)
 			if !ok {
-				return followClosed, delivered, nil
+				continue
 			}
-			delivered = true
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				tc, ok := ev.Object.(*tg.ToolCall)
-				if !ok {
-					continue
-				}
-				if tc.UID != (*last).UID {
-					return followClosed, delivered, c.deleted(*last)
-				}
-				c.observe(last, tc, progress)
-				*rv = tc.ResourceVersion
-			case watch.Deleted:
-				if tc, ok := ev.Object.(*tg.ToolCall); ok && tc.UID == (*last).UID {
-					*last = tc
-				}
-				return followClosed, delivered, c.deleted(*last)
-			case watch.Bookmark:
-				if obj, ok := ev.Object.(client.Object); ok && obj.GetResourceVersion() != "" {
-					*rv = obj.GetResourceVersion()
-				}
-			case watch.Error:
-				if tooOld(apierrors.FromObject(ev.Object)) {
-					return followTooOld, delivered, nil
-				}
-				// Any other error ends this watch; it is reopened from the last resourceVersion.
-				return followClosed, false, nil
+			if tc.UID != (*last).UID {
+				return c.deleted(*last)
 			}
+			c.observe(last, tc, progress)
+		case watch.Deleted:
+			if tc, ok := ev.Object.(*tg.ToolCall); ok && tc.UID == (*last).UID {
+				*last = tc
+			}
+			return c.deleted(*last)
+		case watch.Error:
+			// The RetryWatcher passes on only what it does not retry: a resourceVersion too old, a
+			// refused watch, or an event it cannot follow.
+			return c.ended(ctx, *last, apierrors.FromObject(ev.Object))
 		}
 	}
+	return nil
+}
+
+// ended says why a follow stopped: the resourceVersion is too old, err, or ctx ended.
+func (c *Client) ended(ctx context.Context, last *tg.ToolCall, err error) error {
+	switch {
+	case tooOld(err):
+		return errTooOld
+	case err == nil && ctx.Err() != nil:
+		return c.stopped(last, ctx.Err())
+	case err == nil:
+		err = errors.New("the watch ended")
+	}
+	return fmt.Errorf("toolcall: watching ToolCall %s/%s: %w", c.namespace, last.Name, err)
 }
 
 // observe records a newer state of the ToolCall and reports it.
@@ -174,11 +144,11 @@ func (c *Client) refresh(ctx context.Context, last *tg.ToolCall) (*tg.ToolCall, 
 
 func (c *Client) deleted(last *tg.ToolCall) error {
 	return fmt.Errorf("toolcall: ToolCall %s/%s was deleted by someone else before it reached a terminal phase (last phase %s); create a new ToolCall to try again: %w",
-		c.namespace, last.Name, phaseName(last.Status.Phase), ErrDeleted)
+		c.namespace, last.Name, last.Status.Phase.OrPending(), ErrDeleted)
 }
 
 func (c *Client) stopped(last *tg.ToolCall, err error) error {
-	return fmt.Errorf("toolcall: stopped waiting for ToolCall %s/%s in phase %s: %w", c.namespace, last.Name, phaseName(last.Status.Phase), err)
+	return fmt.Errorf("toolcall: stopped waiting for ToolCall %s/%s in phase %s: %w", c.namespace, last.Name, last.Status.Phase.OrPending(), err)
 }
 
 func outcome(tc *tg.ToolCall) (*Result, error) {
@@ -198,19 +168,4 @@ func fatal(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err) ||
 		apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err) ||
 		apierrors.IsNotAcceptable(err) || apierrors.IsUnsupportedMediaType(err)
-}
-
-func nextBackoff(d time.Duration) time.Duration {
-	if d == 0 {
-		return rewatchBackoffBase
-	}
-	return min(2*d, rewatchBackoffCap)
-}
-
-// phaseName shows a ToolCall the controller has not seen yet as Pending.
-func phaseName(p tg.ToolCallPhase) tg.ToolCallPhase {
-	if p == "" {
-		return tg.PhasePending
-	}
-	return p
 }
