@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -192,21 +194,22 @@ func JobName(tc *tg.ToolCall) string {
 // buildJob makes the Job that executes tool for tc.
 func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batchv1.Job {
 	tmpl := tool.Spec.JobTemplate.DeepCopy()
-	labels := map[string]string{
+	ours := labels.Set{
 		tg.LabelToolCallUID:  string(tc.UID),
 		tg.LabelToolCallName: truncateLabel(tc.Name),
 		tg.LabelToolName:     truncateLabel(tool.Spec.ToolName),
 	}
+	// The version of the Tool the Job was built from: the one the call was accepted against.
+	annotations := make(map[string]string, len(tmpl.Annotations)+2)
+	maps.Copy(annotations, tmpl.Annotations)
+	annotations[tg.AnnotationToolUID] = string(tool.UID)
+	annotations[tg.AnnotationToolGeneration] = strconv.FormatInt(tool.Generation, 10)
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      JobName(tc),
-			Namespace: tc.Namespace,
-			Labels:    merge(tmpl.Labels, labels),
-			// The version of the Tool the Job was built from: the one the call was accepted against.
-			Annotations: merge(tmpl.Annotations, map[string]string{
-				tg.AnnotationToolUID:        string(tool.UID),
-				tg.AnnotationToolGeneration: strconv.FormatInt(tool.Generation, 10),
-			}),
+			Name:        JobName(tc),
+			Namespace:   tc.Namespace,
+			Labels:      labels.Merge(tmpl.Labels, ours),
+			Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: tg.GroupVersion.String(), Kind: "ToolCall", Name: tc.Name, UID: tc.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -220,7 +223,7 @@ func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batc
 		job.Spec.BackoffLimit = ptr.To[int32](0)
 	}
 	pod := &job.Spec.Template
-	pod.Labels = merge(pod.Labels, labels)
+	pod.Labels = labels.Merge(pod.Labels, ours)
 	if pod.Spec.RestartPolicy == "" {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}
@@ -237,17 +240,6 @@ func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batc
 		pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, env...)
 	}
 	return job
-}
-
-func merge(base, over map[string]string) map[string]string {
-	out := make(map[string]string, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range over {
-		out[k] = v
-	}
-	return out
 }
 
 func truncateLabel(v string) string {

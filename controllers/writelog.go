@@ -14,7 +14,7 @@ import (
 func stage(tc *tg.ToolCall) int {
 	fin := controllerutil.ContainsFinalizer(tc, tg.Finalizer)
 	switch {
-	case tc.Status.Phase == "" || tc.Status.Phase == tg.PhasePending:
+	case tc.Status.Phase.OrPending() == tg.PhasePending:
 		if fin {
 			return 1 // accepted
 		}

@@ -97,6 +97,15 @@ func (p ToolCallPhase) IsTerminal() bool {
 	return false
 }
 
+// OrPending is the phase as people read it: a ToolCall the controller has not seen yet (no phase) is
+// Pending.
+func (p ToolCallPhase) OrPending() ToolCallPhase {
+	if p == "" {
+		return PhasePending
+	}
+	return p
+}
+
 // Decision sources: who decided a ToolCall.
 const (
 	// DecisionSourceProvider: the approvals provider (a human, or its own expiry or cancellation).

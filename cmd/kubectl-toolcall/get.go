@@ -242,7 +242,7 @@ func describe(w io.Writer, tc *tg.ToolCall, at time.Time) {
 	} else {
 		field("Approval timeout", "<chosen by Toolgate>")
 	}
-	field("Phase", "%s", phaseName(tc.Status.Phase))
+	field("Phase", "%s", tc.Status.Phase.OrPending())
 	field("Reason", "%s", orNone(tc.Status.Reason))
 	field("Message", "%s", orNone(tc.Status.Message))
 	field("Request ID", "%s", orNone(tc.Status.RequestID))

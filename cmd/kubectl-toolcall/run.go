@@ -12,6 +12,7 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/pkg/toolcall"
 )
 
@@ -148,7 +149,7 @@ func (c *cli) wait(ctx context.Context, args []string) int {
 		}
 		if !*deleteOnInterrupt {
 			fmt.Fprintf(c.stderr, "interrupted: stopped waiting; toolcall %s is left as it is (%s). To cancel it: kubectl delete toolcalls.toolgate.dev %s -n %s\n",
-				name, phaseName(ab.Phase), name, ns)
+				name, ab.Phase.OrPending(), name, ns)
 			return exitInterrupted
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), toolcall.DeleteTimeout)
@@ -194,7 +195,7 @@ func (c *cli) report(ctx context.Context, res *toolcall.Result, err error, ns st
 		if ab.Phase == tg.PhaseRunning {
 			what = "its Job is deleted with it"
 		}
-		fmt.Fprintf(c.stderr, "interrupted: deleted toolcall %s (it was %s); %s.\n", ab.Name, phaseName(ab.Phase), what)
+		fmt.Fprintf(c.stderr, "interrupted: deleted toolcall %s (it was %s); %s.\n", ab.Name, ab.Phase.OrPending(), what)
 		return exitInterrupted
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) && !attached {
@@ -299,7 +300,7 @@ func (l *live) update(tc *tg.ToolCall) {
 		l.draw()
 		return
 	}
-	if p := phaseName(tc.Status.Phase); first || p != l.printed {
+	if p := tc.Status.Phase.OrPending(); first || p != l.printed {
 		l.printed = p
 		fmt.Fprintf(l.w, "toolcall %s: %s\n", tc.Name, strings.Join(liveParts(tc, l.now()), ", "))
 	}
@@ -332,7 +333,7 @@ func (l *live) stop() {
 // liveParts describes where a ToolCall is: its phase, the time left in the waiting limit, the
 // provider's deadline while a decision is awaited, and the Job once there is one.
 func liveParts(tc *tg.ToolCall, now time.Time) []string {
-	phase := string(phaseName(tc.Status.Phase))
+	phase := string(tc.Status.Phase.OrPending())
 	if r := tc.Status.Reason; r != "" && phase == string(tg.PhasePending) {
 		phase += " (" + r + ")" // e.g. SubmitFailed: the provider cannot be reached yet
 	}
@@ -362,26 +363,11 @@ func liveParts(tc *tg.ToolCall, now time.Time) []string {
 	return parts
 }
 
-// shortDuration rounds to seconds and drops zero units: 2m, 1m32s, 1h5m.
+// shortDuration rounds to seconds and drops zero units as the provider's timeouts are written: 2m,
+// 1m32s, 1h5m.
 func shortDuration(d time.Duration) string {
-	d = d.Round(time.Second)
-	if d < time.Second {
+	if d = d.Round(time.Second); d < time.Second {
 		return "<1s"
 	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}
-
-// phaseName shows a ToolCall the controller has not seen yet as Pending.
-func phaseName(p tg.ToolCallPhase) tg.ToolCallPhase {
-	if p == "" {
-		return tg.PhasePending
-	}
-	return p
+	return provider.FormatTimeout(d)
 }

@@ -90,10 +90,10 @@ type AbandonedError struct {
 
 func (e *AbandonedError) Error() string {
 	if e.Deleted {
-		return fmt.Sprintf("toolcall %s: abandoned in phase %s (%v); the ToolCall was deleted", e.Name, phaseName(e.Phase), e.Err)
+		return fmt.Sprintf("toolcall %s: abandoned in phase %s (%v); the ToolCall was deleted", e.Name, e.Phase.OrPending(), e.Err)
 	}
 	return fmt.Sprintf("toolcall %s: abandoned in phase %s (%v), but deleting it failed (%v): delete ToolCall %s/%s to cancel its approval request",
-		e.Name, phaseName(e.Phase), e.Err, e.DeleteErr, e.Namespace, e.Name)
+		e.Name, e.Phase.OrPending(), e.Err, e.DeleteErr, e.Namespace, e.Name)
 }
 
 func (e *AbandonedError) Unwrap() []error {
