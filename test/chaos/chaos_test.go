@@ -1,6 +1,7 @@
 // Package chaos runs many ToolCalls through Toolgate while the approvals provider misbehaves and the
-// manager process is killed (SIGKILL) and restarted every few seconds, then audits the end state
-// against the guarantees in docs/reliability.md.
+// manager process is killed (SIGKILL) and restarted every few seconds, some calls are decided by a
+// Tool's approval rules and an admin keeps editing the Tools, then audits the end state against the
+// guarantees in docs/reliability.md.
 //
 // It runs once per reference provider profile (-chaos.profiles, default both, side by side): "full"
 // (arguments_sha256, problem+json errors, the cancel endpoint) and "seed" (exactly the seed's HTTP
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +63,9 @@ const (
 	providerCancel  action = "provider cancel"
 	deletePending   action = "ToolCall deleted while pending"
 	deleteAtOnce    action = "ToolCall deleted at once"
+	// Calls to the lookup Tool, whose approval rules decide without a human.
+	policyApprove action = "approved by a rule"
+	policyDeny    action = "denied by a rule"
 )
 
 var mix = []struct {
@@ -68,6 +74,7 @@ var mix = []struct {
 }{
 	{approveValid, 30}, {approveExpired, 8}, {approveExpiring, 10}, {deny, 14},
 	{noDecision, 10}, {providerCancel, 10}, {deletePending, 13}, {deleteAtOnce, 5},
+	{policyApprove, 12}, {policyDeny, 4},
 }
 
 func pick(r *rand.Rand) action {
@@ -131,7 +138,14 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 
 	h := th.New(t, env, th.WithoutManager(), th.WithProfile(profile), th.WithProvider(func(o *reference.Options) { o.FaultSeed = s }))
 	h.Opts.CancelGiveUp = 20 * time.Second
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	versions := newToolVersions()
+	versions.record(h.Tool("issue-refund", "issue_refund", th.RefundSchema, versions.mark))
+	versions.record(h.Tool("lookup", "lookup_order", "", versions.mark, func(t *tg.Tool) {
+		t.Spec.Approval = &tg.ApprovalPolicy{Rules: []tg.ApprovalRule{
+			{Name: "never-blocked", Expression: `has(arguments.blocked) && arguments.blocked`, Action: tg.ActionDeny},
+			{Name: "lookups", Expression: `true`, Action: tg.ActionApprove},
+		}}
+	}))
 	g.Expect(h.Provider.Faults().Set(faultRules()...)).To(Succeed())
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -166,6 +180,27 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	if spread == 0 {
 		spread = max(5*time.Second, time.Duration(*calls)*40*time.Millisecond)
 	}
+	// The admin: edits the rules' Tool every few seconds (a new generation each time) until the chaos
+	// window ends, and the refund Tool once, after the agent's last call, while the slowest calls (the
+	// manager down, the provider failing) still await their decisions: most are approved before the
+	// edit and run; the others were approved for a version that is gone.
+	editor := rand.New(rand.NewPCG(s+2, s^0x2545f4914f6cdd1d))
+	editsDone := make(chan struct{})
+	go func() {
+		defer close(editsDone)
+		refundEdit := time.After(spread + 2*time.Second + time.Duration(editor.Int64N(int64(4*time.Second))))
+		for {
+			select {
+			case <-chaosOver:
+				return
+			case <-refundEdit:
+				versions.edit(ctx, h, "issue-refund")
+				refundEdit = nil
+			case <-time.After(2*time.Second + time.Duration(editor.Int64N(int64(4*time.Second)))):
+				versions.edit(ctx, h, "lookup")
+			}
+		}
+	}()
 	all := make([]*call, *calls)
 	var mu sync.Mutex
 	pace := time.NewTicker(spread / time.Duration(*calls)) // the agent's request rate
@@ -174,7 +209,14 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 		<-pace.C
 		c := &call{name: fmt.Sprintf("call-%04d", i), act: pick(r)}
 		limit := 20*time.Second + time.Duration(r.IntN(int(maxWaitingLimit/time.Second)-19))*time.Second
-		tc := h.ToolCall(c.name, "issue_refund", fmt.Sprintf(`{"payment_id":"p-%d","amount":%d,"currency":"GBP"}`, i, 1+i), limit, nil)
+		tool, args := "issue_refund", fmt.Sprintf(`{"payment_id":"p-%d","amount":%d,"currency":"GBP"}`, i, 1+i)
+		switch c.act {
+		case policyApprove:
+			tool, args = "lookup_order", fmt.Sprintf(`{"order":"o-%d"}`, i)
+		case policyDeny:
+			tool, args = "lookup_order", fmt.Sprintf(`{"order":"o-%d","blocked":true}`, i)
+		}
+		tc := h.ToolCall(c.name, tool, args, limit, nil)
 		c.uid = tc.UID
 		all[i] = c
 		if c.act == deleteAtOnce {
@@ -189,7 +231,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	byUID := map[types.UID]*call{}
 	for _, c := range all {
 		byUID[c.uid] = c
-		if c.act == deleteAtOnce || c.act == noDecision {
+		if c.act == deleteAtOnce || c.act == noDecision || c.act == policyApprove || c.act == policyDeny {
 			acted[c.uid] = true
 		}
 	}
@@ -225,8 +267,9 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	<-time.After(time.Until(lastCreated.Add(maxWaitingLimit + 5*time.Second)))
 	close(chaosOver)
 	<-managerDone
+	<-editsDone
 	h.Provider.Faults().Clear()
-	t.Logf("chaos window over after %d kills; letting the last manager converge", kills)
+	t.Logf("chaos window over after %d kills and %d Tool edits; letting the last manager converge", kills, versions.edits)
 
 	// Convergence: every ToolCall terminal or gone.
 	g.Eventually(func() []string {
@@ -240,8 +283,9 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 		// looks once every deadline has passed.
 		awaitDeadlines(t, h)
 	}
-	rep := audit(ctx, t, h, all)
+	rep := audit(ctx, t, h, all, versions)
 	rep.kills = kills
+	rep.edits = versions.edits
 	rep.seed = s
 	rep.profile = profile
 	rep.print(t)
@@ -318,6 +362,7 @@ type report struct {
 	profile reference.Profile
 	seed    uint64
 	kills   int
+	edits   int
 	calls   int
 	// outcomes[action][final phase or "deleted"]
 	outcomes map[action]map[string]int
@@ -347,12 +392,14 @@ const (
 	invLeftPending   = "provider requests left pending after their ToolCall was deleted or ended"
 	invDuplicate     = "duplicate provider requests per ToolCall UID"
 	invJobLost       = "Succeeded ToolCalls without their Job"
+	invWrongVersion  = "Jobs for a Tool version nobody approved"
+	invPolicyAsked   = "provider requests for calls a rule decided"
 )
 
-func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call) *report {
+func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call, versions *toolVersions) *report {
 	g := NewWithT(t)
 	rep := &report{calls: len(all), outcomes: map[action]map[string]int{}, bad: map[string][]string{},
-		order: []string{invNotTerminal, invUnapprovedJob, invMultiJob, invTimeoutDenied, invLeftPending, invDuplicate, invJobLost}}
+		order: []string{invNotTerminal, invUnapprovedJob, invMultiJob, invTimeoutDenied, invLeftPending, invDuplicate, invJobLost, invWrongVersion, invPolicyAsked}}
 	for _, k := range rep.order {
 		rep.bad[k] = nil
 	}
@@ -398,11 +445,30 @@ func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call) *repor
 		if len(js) > 1 {
 			rep.bad[invMultiJob] = append(rep.bad[invMultiJob], c.name)
 		}
+		byRule := c.act == policyApprove || c.act == policyDeny
+		if byRule && submitted {
+			rep.bad[invPolicyAsked] = append(rep.bad[invPolicyAsked], fmt.Sprintf("%s (request %s)", c.name, id))
+		}
 		for _, j := range js {
-			d := req.Decision
-			if !submitted || req.Status != provider.StatusApproved || d == nil || d.ExpiresAt == nil ||
-				!j.CreationTimestamp.Time.Before(*d.ExpiresAt) {
-				rep.bad[invUnapprovedJob] = append(rep.bad[invUnapprovedJob], fmt.Sprintf("%s (request %s, job created %s)", c.name, req.Status, j.CreationTimestamp.UTC().Format(time.RFC3339)))
+			if byRule {
+				// Only the Approve rule may have approved it, recorded as the decision's source, and
+				// the Job was created while that approval was valid.
+				d := tc.Status.Decision
+				if err != nil || c.act != policyApprove || d == nil || d.Source != tg.DecisionSourcePolicy || d.Rule != "lookups" ||
+					d.ExpiresAt == nil || !j.CreationTimestamp.Time.Before(d.ExpiresAt.Time) {
+					rep.bad[invUnapprovedJob] = append(rep.bad[invUnapprovedJob], fmt.Sprintf("%s (action %s, decision %+v, job created %s)", c.name, c.act, d, j.CreationTimestamp.UTC().Format(time.RFC3339)))
+				}
+			} else {
+				d := req.Decision
+				if !submitted || req.Status != provider.StatusApproved || d == nil || d.ExpiresAt == nil ||
+					!j.CreationTimestamp.Time.Before(*d.ExpiresAt) {
+					rep.bad[invUnapprovedJob] = append(rep.bad[invUnapprovedJob], fmt.Sprintf("%s (request %s, job created %s)", c.name, req.Status, j.CreationTimestamp.UTC().Format(time.RFC3339)))
+				}
+			}
+			// The Job runs the version of the Tool the call was accepted against, which is the one
+			// the human (or the rule) approved.
+			if problem := versions.check(j, tc, err == nil); problem != "" {
+				rep.bad[invWrongVersion] = append(rep.bad[invWrongVersion], c.name+": "+problem)
 			}
 		}
 		if final == string(tg.PhaseSucceeded) && len(js) != 1 {
@@ -440,7 +506,7 @@ func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call) *repor
 
 func (r *report) print(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nChaos run against the %s provider profile: %d ToolCalls, %d manager kills (SIGKILL), seed %d, %d provider requests, %d replayed submissions\n", r.profile, r.calls, r.kills, r.seed, r.requests, r.replays)
+	fmt.Fprintf(&b, "\nChaos run against the %s provider profile: %d ToolCalls, %d manager kills (SIGKILL), %d Tool edits, seed %d, %d provider requests, %d replayed submissions\n", r.profile, r.calls, r.kills, r.edits, r.seed, r.requests, r.replays)
 	kinds := make([]string, 0, len(r.faults))
 	for k, v := range r.faults {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
@@ -501,4 +567,101 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// versionEnv marks each version of a Tool's Job template (an env var of its container), so that a Job
+// says which version of the Tool it was built from independently of what the controller records.
+const versionEnv = "CHAOS_TOOL_VERSION"
+
+// templateMark is the mark of a Job template; "" when it has none.
+func templateMark(spec *corev1.PodSpec) string {
+	for _, e := range spec.Containers[0].Env {
+		if e.Name == versionEnv {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// setMark sets the mark of a Job template.
+func setMark(spec *corev1.PodSpec, mark string) {
+	c := &spec.Containers[0]
+	for i := range c.Env {
+		if c.Env[i].Name == versionEnv {
+			c.Env[i].Value = mark
+			return
+		}
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: versionEnv, Value: mark})
+}
+
+// toolVersions follows the Tools' edits: for each Tool, the template mark of each generation.
+type toolVersions struct {
+	mu    sync.Mutex
+	marks map[string]map[int64]string // Tool name -> generation -> mark
+	edits int
+}
+
+func newToolVersions() *toolVersions {
+	return &toolVersions{marks: map[string]map[int64]string{}}
+}
+
+// mark gives a new Tool's template its first mark.
+func (v *toolVersions) mark(t *tg.Tool) {
+	setMark(&t.Spec.JobTemplate.Spec.Template.Spec, t.Name+"-1")
+}
+
+// record remembers the mark of the Tool's current generation.
+func (v *toolVersions) record(t *tg.Tool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.marks[t.Name] == nil {
+		v.marks[t.Name] = map[int64]string{}
+	}
+	v.marks[t.Name][t.Generation] = templateMark(&t.Spec.JobTemplate.Spec.Template.Spec)
+}
+
+// edit changes the Tool's Job template (a new mark, so a new generation) and records it.
+func (v *toolVersions) edit(ctx context.Context, h *th.Harness, name string) {
+	t := &tg.Tool{}
+	if err := h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: name}, t); err != nil {
+		return
+	}
+	v.mu.Lock()
+	v.edits++
+	n := v.edits
+	v.mu.Unlock()
+	setMark(&t.Spec.JobTemplate.Spec.Template.Spec, fmt.Sprintf("%s-%d", name, n+1))
+	if err := h.K8s.Update(ctx, t); err != nil {
+		return // a conflict: the next edit tries again
+	}
+	v.record(t)
+}
+
+// check says what is wrong with the version a Job was built from: its template must be the one of the
+// generation the Job names, which must be the generation its ToolCall (when it still exists) was
+// accepted against.
+func (v *toolVersions) check(j batchv1.Job, tc *tg.ToolCall, tcExists bool) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	gen, err := strconv.ParseInt(j.Annotations[tg.AnnotationToolGeneration], 10, 64)
+	if err != nil {
+		return fmt.Sprintf("Job %s does not say which generation of the Tool it was built from", j.Name)
+	}
+	mark := templateMark(&j.Spec.Template.Spec)
+	var tool string
+	for name, marks := range v.marks {
+		for _, m := range marks {
+			if m == mark {
+				tool = name
+			}
+		}
+	}
+	if want, ok := v.marks[tool][gen]; !ok || want != mark {
+		return fmt.Sprintf("Job %s was built from template %q, which is not generation %d of Tool %s (%q)", j.Name, mark, gen, tool, want)
+	}
+	if tcExists && tc.Annotations[tg.AnnotationToolGeneration] != strconv.FormatInt(gen, 10) {
+		return fmt.Sprintf("Job %s was built from generation %d, the ToolCall was accepted against %s", j.Name, gen, tc.Annotations[tg.AnnotationToolGeneration])
+	}
+	return ""
 }
