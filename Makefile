@@ -79,7 +79,7 @@ bench: ## Run the benchmarks (long polls against the requeue-polling baseline, 1
 .PHONY: chaos
 chaos: ## Run the full chaos run (500 ToolCalls, provider faults, manager killed every few seconds) against both provider profiles (full, seed) and print the invariant table of each.
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
-	go test ./test/chaos/ -run TestChaos -count=1 -v -timeout 30m -args -chaos.calls=500 -chaos.profiles=full,seed $(CHAOS_FLAGS)
+	go test ./test/chaos/ -run TestChaos -count=1 -v -timeout 40m -args -chaos.calls=500 -chaos.profiles=full,seed -chaos.parallel=false $(CHAOS_FLAGS)
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target (provider responses, decision logic) for FUZZTIME (default 60s).
