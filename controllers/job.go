@@ -173,7 +173,7 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 	if succeeded {
 		setPhase(tc, tg.PhaseSucceeded, tg.ReasonJobSucceeded, "The tool ran and succeeded; status.result holds its output.")
 	} else {
-		setPhase(tc, tg.PhaseFailed, tg.ReasonJobFailed, "The tool ran and failed; status.result holds its last message.")
+		setPhase(tc, tg.PhaseFailed, tg.ReasonJobFailed, jobFailedMessage(job))
 	}
 	return ctrl.Result{}, nil
 }
@@ -263,6 +263,17 @@ func jobFinished(job *batchv1.Job) (finished, succeeded bool) {
 		}
 	}
 	return false, false
+}
+
+// jobFailedMessage says why the Job failed, in the Job controller's words (e.g. DeadlineExceeded: a
+// container that never started, for an image the node does not have, ends this way too).
+func jobFailedMessage(job *batchv1.Job) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue && c.Reason != "" {
+			return fmt.Sprintf("The tool's Job failed (%s: %s); status.result holds the tool's last message, if it wrote one.", c.Reason, c.Message)
+		}
+	}
+	return "The tool's Job failed; status.result holds the tool's last message, if it wrote one."
 }
 
 // terminationMessage returns the first non-empty termination message of the Job's Pods, newest Pod

@@ -41,7 +41,7 @@ TOOL_IMAGE=localhost/toolgate/issue-refund:dev
 AGENT_IMAGE=localhost/toolgate/kubectl-toolcall:dev
 PAUSE_IMAGE=localhost/toolgate/pause:3.10
 # The reference provider's Service address in config/dev (there is no cluster DNS).
-PROVIDER_URL=http://10.96.0.80:8085
+PROVIDER_URL=http://10.96.0.10:8085
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'hack/cluster.sh: %s\n' "$*" >&2; exit 1; }

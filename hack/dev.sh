@@ -42,7 +42,7 @@ state="$(hack/cluster.sh kubeconfig)"
 state="$(dirname "${state}")"
 dev="${state#"${root}"/}" # printed paths are relative to the repository root when they can be
 export KUBECONFIG="${state}/kubeconfig"
-provider_url=http://10.96.0.80:8085 # the reference provider's Service (config/dev)
+provider_url=http://10.96.0.10:8085 # the reference provider's Service (config/dev)
 credential="${dev}/provider-credential"
 
 total_start=${SECONDS}

@@ -44,7 +44,7 @@ const (
 	systemNamespace = "toolgate-system"
 	managerLabel    = "control-plane"
 	// The reference provider's Service (config/dev/reference_provider.yaml).
-	providerURL = "http://10.96.0.80:8085"
+	providerURL = "http://10.96.0.10:8085"
 	// How long a step on the cluster may take; generous for a loaded 2-core machine.
 	stepTimeout = 2 * time.Minute
 	// A force-deleted leader's Lease must expire before a new manager leads: 15s plus its retries.

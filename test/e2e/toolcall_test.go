@@ -146,3 +146,30 @@ func scaleManager(t *testing.T, g Gomega, replicas int32) {
 	g.Expect(k8s.Patch(context.Background(), d, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
 	waitManagerReady(g)
 }
+
+// A Tool whose image the node does not have: the Pod never starts (ErrImageNeverPull), the Job's
+// deadline (the Tool's executionTimeout) ends it, and the ToolCall ends Failed saying why, with no
+// result.
+func TestMissingImageEndsFailedAtTheDeadline(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	tool := sampleTool(t, ns)
+	tool.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "localhost/toolgate/not-loaded:dev"
+	tool.Spec.ExecutionTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	createTool(t, g, tool)
+	tc := submit(t, g, ns)
+	decide(g, tc, true, "5m")
+
+	g.Eventually(func(g Gomega) {
+		_, pods := jobsAndPods(g, tc)
+		g.Expect(pods).To(HaveLen(1))
+		g.Expect(pods[0].Status.ContainerStatuses).To(HaveLen(1))
+		w := pods[0].Status.ContainerStatuses[0].State.Waiting
+		g.Expect(w).NotTo(BeNil())
+		g.Expect(w.Reason).To(Equal("ErrImageNeverPull"))
+	}).WithTimeout(stepTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	waitPhase(g, tc, tg.PhaseFailed, stepTimeout)
+	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonJobFailed))
+	g.Expect(tc.Status.Message).To(ContainSubstring("DeadlineExceeded"))
+	g.Expect(tc.Status.Result).To(BeEmpty(), "nothing ran, so nothing is reported")
+}
