@@ -50,6 +50,9 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
 	recordToolVersion(tc, tool)
+	if adm.verdict.Action == tg.ActionApprove {
+		tc.Annotations[tg.AnnotationApprovalRule] = adm.verdict.Rule
+	}
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, nil, fmt.Errorf("recording the acceptance (finalizer and annotations): %w", err)
 	}
@@ -114,7 +117,26 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 		return nil, rej, nil
 	}
 	adm, rej := r.applyRules(tc, tool)
-	return adm, rej, nil
+	if rej != nil {
+		return nil, rej, nil
+	}
+	// The same rules at the same generation decide the same way: a record that disagrees with them
+	// about whether a rule approved the call is not one this controller wrote.
+	recorded, has := tc.Annotations[tg.AnnotationApprovalRule]
+	approved := adm.verdict.Action == tg.ActionApprove
+	if has != approved || (approved && recorded != adm.verdict.Rule) {
+		return nil, notAccepted(fmt.Sprintf("annotation %s is %q while the Tool's approval rules decide %s%s",
+			tg.AnnotationApprovalRule, recorded, adm.verdict.Action, ruleSuffix(adm.verdict.Rule))), nil
+	}
+	return adm, nil, nil
+}
+
+// ruleSuffix names the rule that decided, if one did.
+func ruleSuffix(rule string) string {
+	if rule == "" {
+		return ""
+	}
+	return " (rule " + rule + ")"
 }
 
 // acceptedDuration reads one annotation of the acceptance record.

@@ -40,6 +40,16 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 	}
 	if rej != nil {
 		if accepted {
+			// An accepted call may have been approved and started by an earlier reconcile whose status
+			// write was lost (a rule's approval creates the Job before any status is written): its Job
+			// is the record that the tool ran, and such a call is never reported as not run.
+			started, err := r.jobExists(ctx, tc.Namespace, JobName(tc))
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if started {
+				return r.markRunning(tc, JobName(tc))
+			}
 			r.withdraw(ctx, tc)
 		}
 		setPhase(tc, tg.PhaseRejected, rej.reason, rej.message)
@@ -71,6 +81,9 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 // record may have left at the provider (a crash between the POST and the status write), recovering
 // its id with the idempotent submission, so that no human reviews a call that will not run.
 func (r *ToolCallReconciler) withdraw(ctx context.Context, tc *tg.ToolCall) {
+	if _, ruled := tc.Annotations[tg.AnnotationApprovalRule]; ruled {
+		return // a rule approved the call at acceptance: no request was ever submitted
+	}
 	if _, _, err := r.submission(tc); err != nil {
 		return // without both annotations nothing was ever submitted
 	}

@@ -369,3 +369,51 @@ func TestRulesSeeTheRequester(t *testing.T) {
 	g.Expect(rejected.Status.Reason).To(Equal(tg.ReasonPolicyDenied))
 	g.Expect(rejected.Status.Decision.Rule).To(Equal("admins-only-by-hand"))
 }
+
+// A manager that dies while starting a rule-approved call leaves no status behind: the rule's decision
+// is only in memory. If the Tool changes while it is down, the next manager must neither report a call
+// whose Job exists as not run, nor put to a human (even to withdraw it) a call that no request was
+// ever submitted for.
+func TestRuleApprovedCallSurvivesACrashAndAToolEdit(t *testing.T) {
+	for _, c := range []struct {
+		window string
+		phase  tg.ToolCallPhase
+		reason string
+		jobs   int
+	}{
+		{afterJobCreate, tg.PhaseRunning, tg.ReasonJobCreated, 1},
+		{beforeJobCreate, tg.PhaseRejected, tg.ReasonToolChanged, 0},
+	} {
+		t.Run(c.window, func(t *testing.T) {
+			h := th.New(t, env)
+			g := h.G
+			ctx := context.Background()
+			crashed := crashAt(h, c.window)
+			h.StopManager()
+			h.Start()
+			tool := h.Tool("issue-refund", "issue_refund", "", refundRules)
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			g.Eventually(crashed).WithTimeout(20 * time.Second).Should(BeClosed())
+			h.StopManager()
+			down := h.Get("refund")
+			g.Expect(down.Status.Phase).To(BeEmpty(), "the dead manager wrote no status")
+			g.Expect(down.Annotations).To(HaveKeyWithValue(tg.AnnotationApprovalRule, "small-gbp-refunds"))
+			g.Expect(h.Jobs()).To(HaveLen(c.jobs))
+
+			g.Eventually(func() error {
+				got := &tg.Tool{}
+				if err := h.K8s.Get(ctx, client.ObjectKeyFromObject(tool), got); err != nil {
+					return err
+				}
+				got.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo something else"}
+				return h.K8s.Update(ctx, got)
+			}).Should(Succeed())
+			h.Restart()
+
+			ended := h.WaitPhase("refund", c.phase, time.Minute)
+			g.Expect(ended.Status.Reason).To(Equal(c.reason))
+			g.Consistently(h.Jobs, time.Second).Should(HaveLen(c.jobs))
+			g.Expect(h.Provider.Stats().Submits).To(BeZero(), "no request is submitted, or recovered to withdraw it, for a call a rule approved")
+		})
+	}
+}

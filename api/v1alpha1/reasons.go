@@ -95,4 +95,8 @@ const (
 	AnnotationToolUID = "toolgate.dev/tool-uid"
 	// AnnotationToolGeneration is the Tool's metadata.generation at acceptance.
 	AnnotationToolGeneration = "toolgate.dev/tool-generation"
+	// AnnotationApprovalRule names the Approve rule that decided the call at acceptance. Its presence
+	// records that no request was ever submitted for the call, so none is recovered or withdrawn after
+	// a crash, even once the Tool (and with it the rule) has changed.
+	AnnotationApprovalRule = "toolgate.dev/approval-rule"
 )

@@ -110,7 +110,7 @@ func installGatewayIdentity() (*rest.Config, error) {
 	}); err != nil {
 		return nil, err
 	}
-	user, err := env.Env.AddUser(envtest.User{Name: gatewayUser}, nil)
+	user, err := env.AddUser(envtest.User{Name: gatewayUser})
 	if err != nil {
 		return nil, err
 	}

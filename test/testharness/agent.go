@@ -72,7 +72,7 @@ func (e *Env) AddAgent(dir string) (*Agent, error) {
 	if role == "" || len(callRoles) == 0 {
 		return nil, fmt.Errorf("config/rbac/toolcall_agent_role.yaml no longer holds the toolcall-agent role and a grant to call a tool: update AddAgent")
 	}
-	user, err := e.Env.AddUser(envtest.User{Name: agentUser}, nil)
+	user, err := e.AddUser(envtest.User{Name: agentUser})
 	if err != nil {
 		return nil, err
 	}

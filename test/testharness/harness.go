@@ -67,6 +67,16 @@ type Env struct {
 	Env    *envtest.Environment
 	Config *rest.Config
 	Client client.Client
+
+	users sync.Mutex
+}
+
+// AddUser provisions a user on the environment's apiserver. envtest's certificate authority is not
+// safe for concurrent use, and parallel tests share one environment: users are added one at a time.
+func (e *Env) AddUser(u envtest.User) (*envtest.AuthenticatedUser, error) {
+	e.users.Lock()
+	defer e.users.Unlock()
+	return e.Env.AddUser(u, nil)
 }
 
 // StartEnv starts envtest with the Toolgate CRDs.

@@ -72,7 +72,7 @@ func ManagerBinary(t testing.TB) string {
 
 // Kubeconfig writes a kubeconfig file for the environment's admin user into dir.
 func (e *Env) Kubeconfig(dir string) (string, error) {
-	admin, err := e.Env.AddUser(envtest.User{Name: "toolgate-test-admin", Groups: []string{"system:masters"}}, nil)
+	admin, err := e.AddUser(envtest.User{Name: "toolgate-test-admin", Groups: []string{"system:masters"}})
 	if err != nil {
 		return "", err
 	}
