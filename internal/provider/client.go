@@ -269,6 +269,10 @@ type call struct {
 func (c *HTTPClient) do(ctx context.Context, cl *call) (*Request, error) {
 	var st retryState
 	for {
+		if ctx.Err() != nil && st.last != nil {
+			// The deadline ended the retries: the last failure says why they were needed.
+			return nil, st.last
+		}
 		cred := c.credential()
 		req, err := c.attempt(ctx, cl, cred)
 		if err == nil {
