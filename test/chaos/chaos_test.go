@@ -159,7 +159,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 
 	// The manager: killed and restarted until the chaos window ends.
 	var kills int
-	proc := startManager(h)
+	proc := h.StartProcess()
 	chaosOver := make(chan struct{})
 	managerDone := make(chan struct{})
 	killer := rand.New(rand.NewPCG(s+1, s^0x51afd7ed558ccd)) // its own source: r belongs to the test goroutine
@@ -174,7 +174,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 			}
 			proc.Kill()
 			kills++
-			proc = startManager(h)
+			proc = h.StartProcess()
 		}
 	}()
 
@@ -329,16 +329,6 @@ func act(ctx context.Context, h *th.Harness, c *call, id string) {
 	// A decision can lose the race with the deadline (or the controller's own cancellation): that is
 	// part of the run, not an error.
 	_ = err
-}
-
-// startMu serialises manager starts across the profiles' runs: each start adds a user to the shared
-// control plane, which envtest does not guard.
-var startMu sync.Mutex
-
-func startManager(h *th.Harness) *th.Process {
-	startMu.Lock()
-	defer startMu.Unlock()
-	return h.StartProcess()
 }
 
 // endedUnsubmitted reports whether c's ToolCall is terminal or gone while the provider has no request
