@@ -262,8 +262,17 @@ func TestCancelledContextDeletesTheToolCallAndCancelsTheRequest(t *testing.T) {
 	h.Tool("issue-refund", "issue_refund", "")
 	c := toolcall.New(agent.Bind(h), h.NS)
 	ctx, cancel := context.WithCancel(t.Context())
-	done := call(ctx, c, "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund"})
+	// The agent gives up once it has seen the call wait for a human.
+	awaiting := make(chan struct{})
+	var once sync.Once
+	progress := func(tc *tg.ToolCall) {
+		if tc.Status.Phase == tg.PhaseAwaitingApproval {
+			once.Do(func() { close(awaiting) })
+		}
+	}
+	done := call(ctx, c, "issue_refund", json.RawMessage(th.RefundArgs), 2*time.Minute, toolcall.Options{Name: "refund", Progress: progress})
 	req := h.PendingRequest("refund")
+	g.Eventually(awaiting).WithTimeout(30 * time.Second).Should(BeClosed())
 	cancel()
 
 	o := receive(g, done)
