@@ -144,6 +144,8 @@ func TestRunInterruptedDeletesTheToolCall(t *testing.T) {
 	ctx, interrupt := context.WithCancel(t.Context())
 	inv := start(ctx, "run", "issue_refund", "--args", th.RefundArgs, "--waiting-limit", "2m", "--name", "refund", "-n", h.NS)
 	req := h.PendingRequest("refund")
+	// Interrupted once the plugin has shown the call waiting for a human.
+	g.Eventually(inv.stderr.String).Should(ContainSubstring("toolcall refund: AwaitingApproval"))
 	interrupt()
 
 	g.Expect(inv.exit(g)).To(Equal(exitInterrupted))
