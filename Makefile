@@ -172,6 +172,15 @@ deploy-overlay: | $(LOCALBIN)
 	  "  newName: $${name}" \
 	  "  newTag: $${tag}" > "$(DEPLOY_OVERLAY)/kustomization.yaml"
 
+.PHONY: build-installer
+build-installer: manifests deploy-overlay ## Write dist/install.yaml (config/default with the image IMG, one file to kubectl apply) and the Helm chart's template dist/chart/templates/install.yaml from it.
+	@mkdir -p dist
+	$(KUBECTL) kustomize "$(DEPLOY_OVERLAY)" > dist/install.yaml
+	@mkdir -p dist/chart/templates
+	sed -e 's/toolgate-system$$/{{ .Values.namespace }}/' \
+	    -e 's|^\(        image: \)$(IMG)$$|\1"{{ .Values.image.repository }}:{{ .Values.image.tag }}"|' \
+	    dist/install.yaml > dist/chart/templates/install.yaml
+
 ##@ Dependencies
 
 .PHONY: controller-gen
