@@ -4,7 +4,7 @@
 #
 #   hack/cluster.sh up       # build what is missing, start the cluster, build and import the images
 #   hack/cluster.sh images   # rebuild the images from this checkout (and import them when it runs)
-#   hack/cluster.sh install  # install Toolgate (config/dev: config/default + the reference provider)
+#   hack/cluster.sh install  # install Toolgate (config/dev: dist/install.yaml + the reference provider)
 #   hack/cluster.sh down     # stop everything the cluster started and remove its state
 #   hack/cluster.sh kubeconfig  # print the admin kubeconfig's path
 #
@@ -185,7 +185,7 @@ cmd_down() {
   say "cluster stopped and removed"
 }
 
-# cmd_install installs Toolgate as users do (config/default, here through the config/dev overlay that
+# cmd_install installs Toolgate as users do (dist/install.yaml, here through the config/dev overlay that
 # adds the reference provider and points the manager at it) with a fresh provider credential.
 cmd_install() {
   running || die "the cluster is not running: hack/cluster.sh up"
@@ -197,7 +197,8 @@ cmd_install() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   local existed=0
   kubectl -n toolgate-system get deployment toolgate-controller-manager >/dev/null 2>&1 && existed=1
-  kubectl apply -k config/dev >&2
+  # config/dev builds on dist/install.yaml, which lies outside it.
+  kubectl kustomize --load-restrictor=LoadRestrictionsNone config/dev | kubectl apply -f - >&2
   if ((existed)); then
     # The image tags stay :dev; images imported since the last install take effect on a restart.
     kubectl -n toolgate-system rollout restart deployment/toolgate-reference-provider deployment/toolgate-controller-manager >&2

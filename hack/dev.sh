@@ -6,7 +6,7 @@
 #
 # It starts the single-node cluster of hack/cluster.sh (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, containerd + runc, kubelet, kube-proxy), builds the images from this checkout and
-# loads them into it, installs Toolgate as users do (config/default, through config/dev which adds the
+# loads them into it, installs Toolgate as users do (dist/install.yaml, through config/dev which adds the
 # reference approvals provider as a Pod), then applies config/samples (the Tool, then the ToolCall)
 # and waits for a decision. Once approved, the Tool's Job runs the demo tool (cmd/issue-refund) in a
 # real Pod, and the ToolCall's status.result is what that container wrote.
@@ -69,7 +69,7 @@ note "cluster and images ready in $((SECONDS - up_start))s"
 note "kubeconfig: ${dev}/kubeconfig (user toolgate-admin, group system:masters)"
 go build -o bin/reference-provider ./cmd/reference-provider
 
-say "Installing Toolgate (kubectl apply -k config/dev: config/default + the reference provider)"
+say "Installing Toolgate (config/dev: dist/install.yaml + the reference provider)"
 hack/cluster.sh install
 kubectl get pods -n toolgate-system -o wide
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-e2e`: starts the local cluster (hack/cluster.sh up), installs Toolgate (config/dev), runs
+# `make test-e2e`: starts the local cluster (hack/cluster.sh up), installs Toolgate (config/dev: dist/install.yaml + the reference provider), runs
 # the e2e suite in test/e2e against it, and stops the cluster again, also when the suite fails.
 # Arguments are passed to `go test`. E2E_KEEP_CLUSTER=1 leaves the cluster running afterwards.
 set -euo pipefail

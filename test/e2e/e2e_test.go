@@ -4,7 +4,7 @@
 // hack/cluster.sh (real kubelet, containerd, runc, kube-proxy): the manager runs as a Pod from
 // config/default, the reference provider as a Pod behind its Service, and every approved call runs the
 // demo tool (cmd/issue-refund) in a real container. `make test-e2e` starts the cluster, installs
-// Toolgate (config/dev) and runs this suite with KUBECONFIG and TOOLGATE_E2E_CLUSTER_DIR set.
+// Toolgate (dist/install.yaml through config/dev) and runs this suite with KUBECONFIG and TOOLGATE_E2E_CLUSTER_DIR set.
 //
 // The tests run one after another: some kill the manager.
 package e2e
