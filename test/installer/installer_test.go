@@ -19,6 +19,8 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"toolgate.dev/toolgate/test/testenv"
 )
 
 // defaultImage is the image dist/install.yaml is committed with (the Makefile's default IMG) and the
@@ -186,17 +188,10 @@ func sortedKeys(objects map[string]map[string]any) []string {
 	return keys
 }
 
+// repoRoot is the checkout's top directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	g := gomega.NewWithT(t)
-	dir, err := os.Getwd()
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		g.Expect(parent).NotTo(gomega.Equal(dir), "no go.mod above the test's working directory")
-		dir = parent
-	}
+	root, err := testenv.RepoRoot()
+	gomega.NewWithT(t).Expect(err).NotTo(gomega.HaveOccurred())
+	return root
 }
