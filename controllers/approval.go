@@ -43,12 +43,8 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 			// An accepted call may have been approved and started by an earlier reconcile whose status
 			// write was lost (a rule's approval creates the Job before any status is written): its Job
 			// is the record that the tool ran, and such a call is never reported as not run.
-			started, err := r.jobExists(ctx, tc.Namespace, JobName(tc))
-			if err != nil {
+			if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
 				return ctrl.Result{}, err
-			}
-			if started {
-				return r.markRunning(tc, JobName(tc))
 			}
 			r.withdraw(ctx, tc)
 		}
@@ -175,12 +171,8 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 		// No cancel endpoint (or the request is gone): it ends at its provider deadline, which has
 		// passed. Without the provider's answer, a Job started before a restart is the record that the
 		// call ran.
-		started, err := r.jobExists(ctx, tc.Namespace, JobName(tc))
-		if err != nil {
+		if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
 			return ctrl.Result{}, err
-		}
-		if started {
-			return r.markRunning(tc, JobName(tc))
 		}
 		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit. The call did not run.")
 		return ctrl.Result{}, nil

@@ -35,12 +35,8 @@ func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctr
 		return ctrl.Result{}, err
 	}
 	if stop != nil {
-		started, err := r.jobExists(ctx, tc.Namespace, name)
-		if err != nil {
+		if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
 			return ctrl.Result{}, err
-		}
-		if started {
-			return r.markRunning(tc, name)
 		}
 		setPhase(tc, stop.phase, stop.reason, stop.message)
 		return ctrl.Result{}, nil
@@ -137,6 +133,17 @@ func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name stri
 	default:
 		return false, fmt.Errorf("reading Job %s: %w", name, err)
 	}
+}
+
+// markRunningIfStarted looks for the call's Job before the call is reported as not run: an existing
+// Job is the record that the tool ran, so the call is marked Running and true is returned.
+func (r *ToolCallReconciler) markRunningIfStarted(ctx context.Context, tc *tg.ToolCall) (bool, error) {
+	started, err := r.jobExists(ctx, tc.Namespace, JobName(tc))
+	if err != nil || !started {
+		return false, err
+	}
+	r.markRunning(tc, JobName(tc))
+	return true, nil
 }
 
 func (r *ToolCallReconciler) markRunning(tc *tg.ToolCall, jobName string) (ctrl.Result, error) {
