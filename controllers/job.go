@@ -170,6 +170,10 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 	}
 	finished, succeeded := jobFinished(job)
 	if !finished {
+		return ctrl.Result{}, r.observePods(ctx, tc, job)
+	}
+	if !succeeded && tc.Status.Reason == tg.ReasonImageUnavailable {
+		imageUnavailableFailed(tc, job)
 		return ctrl.Result{}, nil
 	}
 	pods := &corev1.PodList{}
@@ -183,6 +187,22 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 		setPhase(tc, tg.PhaseFailed, tg.ReasonJobFailed, jobFailedMessage(job))
 	}
 	return ctrl.Result{}, nil
+}
+
+// observePods says in the status when the tool's container cannot start for want of its image, and
+// when that ends. The Pods are read from the cache, which holds only the Pods of Toolgate's Jobs.
+func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, job *batchv1.Job) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
+		return fmt.Errorf("listing the Pods of Job %s: %w", job.Name, err)
+	}
+	switch w := waitingForImage(job, pods.Items); {
+	case w != nil:
+		imageUnavailable(tc, w)
+	case tc.Status.Reason == tg.ReasonImageUnavailable:
+		r.markRunning(tc, job.Name)
+	}
+	return nil
 }
 
 // JobName derives the Job's name from the ToolCall: its name (shortened) and a hash of its UID, so a
@@ -272,8 +292,8 @@ func jobFinished(job *batchv1.Job) (finished, succeeded bool) {
 	return false, false
 }
 
-// jobFailedMessage says why the Job failed, in the Job controller's words (e.g. DeadlineExceeded: a
-// container that never started, for an image the node does not have, ends this way too).
+// jobFailedMessage says why the Job failed, in the Job controller's words (BackoffLimitExceeded,
+// DeadlineExceeded).
 func jobFailedMessage(job *batchv1.Job) string {
 	for _, c := range job.Status.Conditions {
 		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue && c.Reason != "" {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -76,7 +77,7 @@ func metricsOptions(o Options) metricsserver.Options {
 
 // NewManager builds the manager with the ToolCall controller and its waiter.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
-	// Only Jobs that Toolgate created are cached.
+	// Only Jobs that Toolgate created, and their Pods, are cached.
 	ours, err := labels.NewRequirement(tg.LabelToolCallUID, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -102,6 +103,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
+			&corev1.Pod{}:  {Label: labels.NewSelector().Add(*ours)},
 		}},
 	})
 	if err != nil {

@@ -31,11 +31,17 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
 	case tg.PhaseRunning:
 		setApproved(tc)
-		setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
+		if reason == tg.ReasonImageUnavailable {
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionUnknown, reason, imageUnavailableExecuted)
+		} else {
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
+		}
 		setCondition(tc, tg.ConditionReady, metav1.ConditionFalse, reason, message)
 	case tg.PhaseSucceeded, tg.PhaseFailed:
 		setApproved(tc)
-		if tc.Status.JobName != "" {
+		if reason == tg.ReasonImageUnavailable {
+			setCondition(tc, tg.ConditionExecuted, metav1.ConditionUnknown, reason, imageUnavailableExecuted)
+		} else if tc.Status.JobName != "" {
 			setCondition(tc, tg.ConditionExecuted, metav1.ConditionTrue, reason, message)
 		} else { // approved, but the Job could not be created (Tool gone, Job refused)
 			setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool did not run.")
@@ -47,6 +53,11 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 		setCondition(tc, tg.ConditionReady, metav1.ConditionTrue, reason, message)
 	}
 }
+
+// imageUnavailableExecuted is the Executed condition's message while, or after, the tool's container
+// waited for an image it never got: the Job exists, so the call is never counted as not run, but
+// nothing says it ran either.
+const imageUnavailableExecuted = "The Job exists, but the tool's container has not started, as last reported by the kubelet: the node cannot get its image (see status.message)."
 
 // setApproved records who approved the call: a human, or an Approve rule of the Tool.
 func setApproved(tc *tg.ToolCall) {

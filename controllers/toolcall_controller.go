@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -60,7 +61,7 @@ type ToolCallReconciler struct {
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolgate.dev,resources=tools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
@@ -143,7 +144,8 @@ func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
 			approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
 		}
 	}
-	if orig.Status.Phase == tc.Status.Phase {
+	if orig.Status.Phase == tc.Status.Phase && (orig.Status.Reason == tc.Status.Reason || tc.Status.Reason != tg.ReasonImageUnavailable) {
+		// Within a phase, only the start of a wait for an image is an event of its own.
 		return
 	}
 	eventType := corev1.EventTypeNormal
@@ -184,6 +186,7 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
 		Owns(&batchv1.Job{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToToolCall(mgr.GetClient())), builder.WithPredicates(imageWaitChanged())).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		WithOptions(controller.Options{
 			SkipNameValidation:      &r.SkipNameValidation,

@@ -85,6 +85,11 @@ const (
 	ReasonToolChanged = "ToolChanged"
 )
 
+// ReasonImageUnavailable: the call's Job exists but its container has not started because the node
+// cannot get the image (ErrImageNeverPull, ErrImagePull/ImagePullBackOff, InvalidImageName,
+// ImageInspectError); a Running call, or a Failed one whose Job's deadline passed while it waited.
+const ReasonImageUnavailable = "ImageUnavailable"
+
 // ConditionApprovalRulesReady is the Tool condition that says whether its approval rules compiled.
 const ConditionApprovalRulesReady = "ApprovalRulesReady"
 

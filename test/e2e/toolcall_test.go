@@ -11,6 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,29 +149,54 @@ func scaleManager(t *testing.T, g Gomega, replicas int32) {
 	waitManagerReady(g)
 }
 
-// A Tool whose image the node does not have: the Pod never starts (ErrImageNeverPull), the Job's
-// deadline (the Tool's executionTimeout) ends it, and the ToolCall ends Failed saying why, with no
-// result.
-func TestMissingImageEndsFailedAtTheDeadline(t *testing.T) {
+// A Tool whose image the node does not have: the Pod never starts (ErrImageNeverPull). The ToolCall
+// says so while it is Running, with a Warning event, and never says the tool ran; the Job's deadline
+// (the Tool's executionTimeout) ends it Failed with the same reason, naming the image, with no result.
+func TestMissingImageIsReportedAndEndsAtTheDeadline(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	tool := sampleTool(t, ns)
-	tool.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "localhost/toolgate/not-loaded:dev"
-	tool.Spec.ExecutionTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	const image = "localhost/toolgate/not-loaded:dev"
+	tool.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = image
+	tool.Spec.ExecutionTimeout = &metav1.Duration{Duration: 30 * time.Second}
 	createTool(t, g, tool)
 	tc := submit(t, g, ns)
 	decide(g, tc, true, "5m")
 
 	g.Eventually(func(g Gomega) {
-		_, pods := jobsAndPods(g, tc)
-		g.Expect(pods).To(HaveLen(1))
-		g.Expect(pods[0].Status.ContainerStatuses).To(HaveLen(1))
-		w := pods[0].Status.ContainerStatuses[0].State.Waiting
-		g.Expect(w).NotTo(BeNil())
-		g.Expect(w.Reason).To(Equal("ErrImageNeverPull"))
+		get(g, tc)
+		g.Expect(tc.Status.Phase).To(Equal(tg.PhaseRunning))
+		g.Expect(tc.Status.Reason).To(Equal(tg.ReasonImageUnavailable))
 	}).WithTimeout(stepTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	g.Expect(tc.Status.Message).To(ContainSubstring("the node does not have image " + image))
+	g.Expect(tc.Status.Message).To(ContainSubstring("(ErrImageNeverPull)"))
+	g.Expect(tc.Status.Message).To(ContainSubstring("the tool has not run"))
+	executed := meta.FindStatusCondition(tc.Status.Conditions, tg.ConditionExecuted)
+	g.Expect(executed).NotTo(BeNil())
+	g.Expect(executed.Status).To(Equal(metav1.ConditionUnknown), "the Job exists, so it is not said not to have run; nor that it ran")
+	_, pods := jobsAndPods(g, tc)
+	g.Expect(pods).To(HaveLen(1))
+	g.Expect(pods[0].Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("ErrImageNeverPull"), "what the kubelet reports")
+
+	g.Eventually(func(g Gomega) {
+		events := &eventsv1.EventList{}
+		g.Expect(k8s.List(context.Background(), events, client.InNamespace(ns))).To(Succeed())
+		var found bool
+		for _, e := range events.Items {
+			if e.Regarding.UID == tc.UID && e.Reason == tg.ReasonImageUnavailable {
+				g.Expect(e.Type).To(Equal(corev1.EventTypeWarning))
+				g.Expect(e.Note).To(ContainSubstring(image))
+				found = true
+			}
+		}
+		g.Expect(found).To(BeTrue(), "a Warning event names the image")
+	}).WithTimeout(stepTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+
 	waitPhase(g, tc, tg.PhaseFailed, stepTimeout)
-	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonJobFailed))
+	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonImageUnavailable))
 	g.Expect(tc.Status.Message).To(ContainSubstring("DeadlineExceeded"))
+	g.Expect(tc.Status.Message).To(ContainSubstring("so the tool did not run"))
+	g.Expect(tc.Status.Message).To(ContainSubstring("the node does not have image " + image))
+	g.Expect(meta.FindStatusCondition(tc.Status.Conditions, tg.ConditionExecuted).Status).To(Equal(metav1.ConditionUnknown))
 	g.Expect(tc.Status.Result).To(BeEmpty(), "nothing ran, so nothing is reported")
 }

@@ -78,8 +78,8 @@ func TestChartRendersInstallYAML(t *testing.T) {
 	}
 }
 
-// TestChartValues renders the chart with another image and namespace: the manager runs that image and
-// every namespaced object (and the Namespace itself) moves; nothing else changes.
+// TestChartValues renders the chart with another image, namespace and provider URL: the manager runs
+// that image and reads that URL, and every namespaced object (and the Namespace itself) moves.
 func TestChartValues(t *testing.T) {
 	g := gomega.NewWithT(t)
 	root := repoRoot(t)
@@ -88,8 +88,18 @@ func TestChartValues(t *testing.T) {
 	custom := objectsByKey(t, renderChart(t, root, map[string]any{
 		"image":     map[string]any{"repository": "registry.example.com/toolgate", "tag": "v1.2.3"},
 		"namespace": "agents-gate",
+		"provider":  map[string]any{"url": "https://approvals.internal.example:8443/base"},
 	}))
 	g.Expect(custom).To(gomega.HaveLen(len(defaults)))
+
+	// The provider URL reaches the manager through a ConfigMap whose name changes with it, so that a
+	// new URL rolls the Deployment.
+	defaultConfig, defaultURL := providerConfig(g, defaults)
+	customConfig, customURL := providerConfig(g, custom)
+	g.Expect(defaultURL).To(gomega.Equal("https://approvals.example.com"))
+	g.Expect(customURL).To(gomega.Equal("https://approvals.internal.example:8443/base"))
+	g.Expect(customConfig).NotTo(gomega.Equal(defaultConfig))
+	g.Expect(customConfig).To(gomega.MatchRegexp(`^toolgate-provider-config-[0-9a-f]{10}$`))
 
 	moved := 0
 	for _, obj := range custom {
@@ -117,6 +127,31 @@ func TestChartValues(t *testing.T) {
 	g.Expect(deployment).NotTo(gomega.BeNil())
 	containers := deployment["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
 	g.Expect(containers[0].(map[string]any)["image"]).To(gomega.Equal(defaultImage))
+}
+
+// providerConfig returns the name of the ConfigMap the manager reads its provider URL from, after
+// checking that it is one of the rendered objects, and the URL it holds.
+func providerConfig(g gomega.Gomega, objects map[string]map[string]any) (name, url string) {
+	for _, obj := range objects {
+		if obj["kind"] != "Deployment" {
+			continue
+		}
+		containers := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
+		for _, env := range containers[0].(map[string]any)["env"].([]any) {
+			from, _ := env.(map[string]any)["valueFrom"].(map[string]any)
+			if ref, ok := from["configMapKeyRef"].(map[string]any); ok && ref["key"] == "url" {
+				name = ref["name"].(string)
+			}
+		}
+	}
+	g.Expect(name).NotTo(gomega.BeEmpty(), "the manager reads its provider URL from a ConfigMap")
+	for _, obj := range objects {
+		if obj["kind"] == "ConfigMap" && obj["metadata"].(map[string]any)["name"] == name {
+			return name, obj["data"].(map[string]any)["url"].(string)
+		}
+	}
+	g.Expect(name).To(gomega.BeEmpty(), "no ConfigMap %s is rendered", name)
+	return "", ""
 }
 
 // renderChart loads dist/chart and renders it as `helm template` would for an install into the

@@ -1,0 +1,154 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// The kubelet's waiting reasons for a container whose image the node does not have and cannot get
+// (k8s.io/kubernetes/pkg/kubelet/images). ErrImagePull and ImagePullBackOff alternate while the
+// kubelet retries; both are reported as one problem so that the ToolCall's status does not churn.
+var imageWaitingReasons = map[string]string{
+	"ErrImageNeverPull": "ErrImageNeverPull",
+	"ErrImagePull":      "ErrImagePull",
+	"ImagePullBackOff":  "ErrImagePull",
+	"InvalidImageName":  "InvalidImageName",
+	"ImageInspectError": "ImageInspectError",
+}
+
+// imageWait is a container of the tool's Pod that waits for an image the node cannot provide.
+type imageWait struct {
+	container, image string
+	// reason is the kubelet's waiting reason, with ImagePullBackOff folded into ErrImagePull.
+	reason string
+}
+
+// what says, in the status message's words, why the image cannot be had.
+func (w imageWait) what() string {
+	switch w.reason {
+	case "ErrImageNeverPull":
+		return fmt.Sprintf("the node does not have image %s and the container's imagePullPolicy is Never", w.image)
+	case "InvalidImageName":
+		return fmt.Sprintf("image name %s is not valid", w.image)
+	case "ImageInspectError":
+		return fmt.Sprintf("the node cannot inspect image %s", w.image)
+	default:
+		return fmt.Sprintf("the node cannot pull image %s", w.image)
+	}
+}
+
+// waitingForImage returns the container that keeps the Job's only Pods from starting for want of its
+// image, or nil. It is reported only while nothing of the tool can have run: the Job counts no
+// finished Pod, and no container (init containers included) of any of its Pods has started or
+// terminated, now or before.
+func waitingForImage(job *batchv1.Job, pods []corev1.Pod) *imageWait {
+	if len(pods) == 0 || job.Status.Succeeded > 0 || job.Status.Failed > 0 {
+		return nil
+	}
+	var found *imageWait
+	for i := range pods {
+		p := &pods[i]
+		images := map[string]string{}
+		for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+			images[c.Name] = c.Image
+		}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil || cs.RestartCount > 0 {
+				return nil
+			}
+			if w := cs.State.Waiting; w != nil && found == nil {
+				if reason, ok := imageWaitingReasons[w.Reason]; ok {
+					image := images[cs.Name]
+					if image == "" {
+						image = cs.Image
+					}
+					found = &imageWait{container: cs.Name, image: image, reason: reason}
+				}
+			}
+		}
+	}
+	return found
+}
+
+// imageWaitSuffix ends the Running message of a call whose container waits for its image; the part
+// before it names the container, the image and the kubelet's reason, and is kept in the outcome.
+const imageWaitSuffix = " The call was approved; the tool has not run, and the Job's deadline ends the call unless the image becomes available."
+
+// imageUnavailable records that the tool's container has not started for want of its image: the call
+// stays Running (its Job exists) with reason ImageUnavailable until the image arrives or the Job's
+// deadline ends it.
+func imageUnavailable(tc *tg.ToolCall, w *imageWait) {
+	setPhase(tc, tg.PhaseRunning, tg.ReasonImageUnavailable, fmt.Sprintf(
+		"Job %s's container %s has not started: %s (%s).", tc.Status.JobName, w.container, w.what(), w.reason)+imageWaitSuffix)
+}
+
+// imageUnavailableFailed is the outcome of a Job that failed while its container waited for its
+// image, as the kubelet last reported it: the saved Running message says which.
+func imageUnavailableFailed(tc *tg.ToolCall, job *batchv1.Job) {
+	why := "the Job failed"
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue && c.Reason != "" {
+			why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	setPhase(tc, tg.PhaseFailed, tg.ReasonImageUnavailable, fmt.Sprintf(
+		"The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s",
+		why, strings.TrimSuffix(tc.Status.Message, imageWaitSuffix)))
+}
+
+// podToToolCall maps a Pod of one of Toolgate's Jobs to the ToolCall that owns the Job.
+func podToToolCall(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		owner := metav1.GetControllerOf(o)
+		if owner == nil || owner.Kind != "Job" {
+			return nil
+		}
+		job := &batchv1.Job{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: owner.Name}, job); err != nil {
+			return nil
+		}
+		tc := metav1.GetControllerOf(job)
+		if tc == nil || tc.Kind != "ToolCall" || tc.APIVersion != tg.GroupVersion.String() {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: tc.Name}}}
+	}
+}
+
+// imageWaitChanged lets through only the Pod events that start or end a wait for an image, so that
+// the ordinary life of a tool's Pod costs the controller nothing: the Job's own events report it.
+func imageWaitChanged() predicate.Funcs {
+	waiting := func(o client.Object) string {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			return ""
+		}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil {
+				if reason, ok := imageWaitingReasons[w.Reason]; ok {
+					return cs.Name + "/" + reason
+				}
+			}
+		}
+		return ""
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return waiting(e.Object) != "" },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return waiting(e.ObjectOld) != waiting(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

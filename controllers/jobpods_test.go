@@ -1,0 +1,121 @@
+package controllers
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// toolPod is a Pod of the tool's Job with one init container and one container, in the given states.
+func toolPod(initState, state corev1.ContainerState) corev1.Pod {
+	return corev1.Pod{
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "fetch", Image: "localhost/fetch:1"}},
+			Containers:     []corev1.Container{{Name: "tool", Image: "localhost/refund:1"}},
+		},
+		Status: corev1.PodStatus{
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "fetch", State: initState}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "tool", State: state}},
+		},
+	}
+}
+
+func waiting(reason string) corev1.ContainerState {
+	return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "Back-off pulling image"}}
+}
+
+var (
+	initialized = waiting("PodInitializing")
+	ran         = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	running     = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+)
+
+// The tool's container is reported as waiting for its image only while nothing of the tool can have
+// run, and the reasons the kubelet alternates between while it retries are one problem.
+func TestWaitingForImage(t *testing.T) {
+	restarted := toolPod(ran, waiting("ImagePullBackOff"))
+	restarted.Status.ContainerStatuses[0].RestartCount = 1
+	earlier := toolPod(ran, waiting("ErrImagePull"))
+	earlier.Status.InitContainerStatuses[0].State = waiting("ErrImagePull")
+	earlier.Status.InitContainerStatuses[0].LastTerminationState = ran
+
+	cases := []struct {
+		name      string
+		pods      []corev1.Pod
+		jobFailed int32
+		want      *imageWait
+	}{
+		{"no Pod yet", nil, 0, nil},
+		{"an init container of the tool ran", []corev1.Pod{toolPod(ran, waiting("ErrImageNeverPull"))}, 0, nil},
+		{"never pulled", []corev1.Pod{toolPod(corev1.ContainerState{}, waiting("ErrImageNeverPull"))}, 0,
+			&imageWait{container: "tool", image: "localhost/refund:1", reason: "ErrImageNeverPull"}},
+		{"the init container's image is missing", []corev1.Pod{toolPod(waiting("ErrImageNeverPull"), initialized)}, 0,
+			&imageWait{container: "fetch", image: "localhost/fetch:1", reason: "ErrImageNeverPull"}},
+		{"pull failed", []corev1.Pod{toolPod(waiting("ErrImagePull"), initialized)}, 0,
+			&imageWait{container: "fetch", image: "localhost/fetch:1", reason: "ErrImagePull"}},
+		{"backing off is the same problem", []corev1.Pod{toolPod(waiting("ImagePullBackOff"), initialized)}, 0,
+			&imageWait{container: "fetch", image: "localhost/fetch:1", reason: "ErrImagePull"}},
+		{"invalid name", []corev1.Pod{toolPod(waiting("InvalidImageName"), initialized)}, 0,
+			&imageWait{container: "fetch", image: "localhost/fetch:1", reason: "InvalidImageName"}},
+		{"creating, not an image problem", []corev1.Pod{toolPod(waiting("ContainerCreating"), initialized)}, 0, nil},
+		{"a configuration error is not an image problem", []corev1.Pod{toolPod(waiting("CreateContainerConfigError"), initialized)}, 0, nil},
+		{"running", []corev1.Pod{toolPod(ran, running)}, 0, nil},
+		{"a restarted container may have run", []corev1.Pod{restarted}, 0, nil},
+		{"a container that terminated before may have run", []corev1.Pod{earlier}, 0, nil},
+		{"another Pod of the Job is running", []corev1.Pod{toolPod(waiting("ErrImageNeverPull"), initialized), toolPod(ran, running)}, 0, nil},
+		{"an earlier Pod of the Job failed", []corev1.Pod{toolPod(waiting("ErrImageNeverPull"), initialized)}, 1, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			job := &batchv1.Job{Status: batchv1.JobStatus{Failed: c.jobFailed}}
+			g.Expect(waitingForImage(job, c.pods)).To(Equal(c.want))
+		})
+	}
+}
+
+// The wait for an image keeps the call Running with an Executed condition that says neither that the
+// tool ran nor that it did not; the outcome at the Job's deadline keeps the container and the image
+// from that message.
+func TestImageUnavailableStatus(t *testing.T) {
+	g := NewWithT(t)
+	tc := &tg.ToolCall{}
+	tc.Generation = 1
+	tc.Status.JobName = "refund-1-abc"
+	w := &imageWait{container: "tool", image: "localhost/refund:1", reason: "ErrImageNeverPull"}
+
+	imageUnavailable(tc, w)
+	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseRunning))
+	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonImageUnavailable))
+	g.Expect(tc.Status.Message).To(Equal("Job refund-1-abc's container tool has not started: the node does not have image localhost/refund:1 " +
+		"and the container's imagePullPolicy is Never (ErrImageNeverPull). The call was approved; the tool has not run, " +
+		"and the Job's deadline ends the call unless the image becomes available."))
+	executed := findExecuted(tc)
+	g.Expect(executed.Status).To(Equal(metav1.ConditionUnknown))
+	g.Expect(executed.Reason).To(Equal(tg.ReasonImageUnavailable))
+
+	job := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{
+		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline",
+	}}}}
+	imageUnavailableFailed(tc, job)
+	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseFailed))
+	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonImageUnavailable))
+	g.Expect(tc.Status.Message).To(Equal("The tool's Job failed (DeadlineExceeded: Job was active longer than specified deadline) before its " +
+		"container started, so the tool did not run, as last reported by the kubelet. Job refund-1-abc's container tool has not " +
+		"started: the node does not have image localhost/refund:1 and the container's imagePullPolicy is Never (ErrImageNeverPull)."))
+	g.Expect(findExecuted(tc)).To(Equal(executed), "the condition does not move, so the outcome does not rewrite it")
+}
+
+func findExecuted(tc *tg.ToolCall) metav1.Condition {
+	for _, c := range tc.Status.Conditions {
+		if c.Type == tg.ConditionExecuted {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
