@@ -130,7 +130,8 @@ func certificateProblem(err error) string {
 	return verify.Err.Error()
 }
 
-// awaitDecision applies what the waiter observed, gives up at the poll limit, or keeps waiting.
+// awaitDecision applies what the waiter observed, gives up at the poll limit, withdraws the request
+// when the Tool is no longer the version the call was accepted against, or keeps waiting.
 func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
 	if obs, ok := r.Waiter.Latest(tc.UID); ok {
 		if obs.Err != nil {
@@ -150,6 +151,18 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 	until := r.Timing.PollUntil(w, timeOf(tc.Status.DeadlineAt))
 	if !now.Before(until) {
 		return r.giveUp(ctx, tc, w, ref)
+	}
+	// The Tool's watch brings a changed Tool's waiting calls here: their approval could never start
+	// the tool. A decision already recorded (an approval whose Job the cluster refused so far) is
+	// left to the run gate, which checks the Tool's version too.
+	if tc.Status.Decision == nil {
+		problem, err := r.acceptedToolProblem(ctx, tc)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if problem != "" {
+			return r.withdrawForToolChange(ctx, tc, ref, problem)
+		}
 	}
 	return ctrl.Result{RequeueAfter: r.Waiter.Ensure(tc, ref, until.Sub(now))}, nil
 }

@@ -186,33 +186,48 @@ func TestRulesThatDoNotCompileRejectEveryCall(t *testing.T) {
 	h.PendingRequest("refund-2")
 }
 
-// The approval covers the version of the Tool the call was accepted against. A Tool edited between
-// the approval and the Job, or deleted and created again, does not run: Failed with ToolChanged,
-// never Denied, and no Job.
-func TestToolChangedBetweenApprovalAndJobDoesNotRun(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		change  func(h *th.Harness, tool *tg.Tool)
-		message string
-	}{
-		{"edited", func(h *th.Harness, tool *tg.Tool) {
-			h.G.Eventually(func() error {
-				got := &tg.Tool{}
-				if err := h.K8s.Get(context.Background(), client.ObjectKeyFromObject(tool), got); err != nil {
-					return err
-				}
-				got.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo something else"}
-				return h.K8s.Update(context.Background(), got)
-			}).Should(Succeed())
-		}, "Tool issue-refund was changed after the ToolCall was accepted (generation 2, accepted against 1)"},
-		{"deleted and created again", func(h *th.Harness, tool *tg.Tool) {
-			h.G.Expect(h.K8s.Delete(context.Background(), tool)).To(Succeed())
-			h.G.Eventually(func() error {
-				return h.K8s.Get(context.Background(), client.ObjectKeyFromObject(tool), &tg.Tool{})
-			}).Should(Satisfy(func(err error) bool { return err != nil }))
-			h.Tool("issue-refund", "issue_refund", "")
-		}, "Tool issue-refund was deleted and created again after the ToolCall was accepted"},
-	} {
+// toolChanges are the ways a Tool stops being the version a ToolCall was accepted against, with what
+// the ToolCall's message then says.
+var toolChanges = []struct {
+	name    string
+	change  func(h *th.Harness, tool *tg.Tool)
+	message string
+}{
+	{"edited", func(h *th.Harness, tool *tg.Tool) {
+		h.G.Eventually(func() error {
+			got := &tg.Tool{}
+			if err := h.K8s.Get(context.Background(), client.ObjectKeyFromObject(tool), got); err != nil {
+				return err
+			}
+			got.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo something else"}
+			return h.K8s.Update(context.Background(), got)
+		}).Should(Succeed())
+	}, "Tool issue-refund was changed after the ToolCall was accepted (generation 2, accepted against 1)"},
+	{"deleted and created again", func(h *th.Harness, tool *tg.Tool) {
+		// While the manager is down, so that it never sees the Tool missing; it sees the new one
+		// when it starts again.
+		h.StopManager()
+		deleteTool(h, tool)
+		h.Tool("issue-refund", "issue_refund", "")
+		h.Start()
+	}, "Tool issue-refund was deleted and created again after the ToolCall was accepted"},
+	{"deleted", deleteTool, "the Tool with toolName issue_refund that the ToolCall was accepted against was deleted"},
+}
+
+func deleteTool(h *th.Harness, tool *tg.Tool) {
+	h.G.Expect(h.K8s.Delete(context.Background(), tool)).To(Succeed())
+	h.G.Eventually(func() error {
+		return h.K8s.Get(context.Background(), client.ObjectKeyFromObject(tool), &tg.Tool{})
+	}).Should(Satisfy(apierrors.IsNotFound))
+}
+
+// An approval covers the version of the Tool the call was accepted against. A Tool that changes while
+// its call awaits a decision (edited, deleted, or deleted and created again) withdraws the request at
+// once, so no human reviews a call whose approval could never run: Cancelled with ToolChanged, never
+// Denied, and no Job. A provider without a cancel endpoint (the seed profile) keeps the request until
+// its deadline; the call ends all the same, and approving the request then runs nothing.
+func TestToolChangedWhileAwaitingApprovalWithdrawsTheRequest(t *testing.T) {
+	for _, c := range toolChanges {
 		t.Run(c.name, func(t *testing.T) {
 			h := th.New(t, env)
 			g := h.G
@@ -220,13 +235,62 @@ func TestToolChangedBetweenApprovalAndJobDoesNotRun(t *testing.T) {
 			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 			req := h.PendingRequest("refund")
 			c.change(h, tool)
-			h.Approve(req.ID, 5*time.Minute)
 
-			failed := h.WaitPhase("refund", tg.PhaseFailed)
-			g.Expect(failed.Status.Reason).To(Equal(tg.ReasonToolChanged))
-			g.Expect(failed.Status.Message).To(ContainSubstring(c.message))
+			cancelled := h.WaitPhase("refund", tg.PhaseCancelled)
+			g.Expect(cancelled.Status.Reason).To(Equal(tg.ReasonToolChanged))
+			g.Expect(cancelled.Status.Message).To(ContainSubstring(c.message))
+			g.Expect(cancelled.Status.Message).To(HaveSuffix("The call did not run."))
+			g.Expect(cancelled.Status.Message).NotTo(ContainSubstring("denied"))
+			g.Expect(cancelled.Status.JobName).To(BeEmpty())
+			g.Expect(meta.FindStatusCondition(cancelled.Status.Conditions, tg.ConditionExecuted).Status).To(Equal(metav1.ConditionFalse))
+			got, err := h.Provider.Get(req.ID)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Status).To(Equal(h.WithdrawnStatus()), "the request is withdrawn when the provider can cancel it")
+			g.Expect(h.EventReasons("refund")).To(ContainElement(tg.ReasonToolChanged))
+			if h.Seed() {
+				g.Expect(cancelled.Status.Message).To(ContainSubstring("the provider cannot withdraw the request"))
+				g.Expect(h.EventReasons("refund")).To(ContainElement(tg.ReasonCancelFailed))
+				h.Approve(req.ID, 5*time.Minute)
+			}
+			g.Consistently(func(g Gomega) {
+				g.Expect(h.Jobs()).To(BeEmpty())
+				g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseCancelled))
+			}, time.Second).Should(Succeed())
+		})
+	}
+}
+
+// A Tool that changes between a human's approval and the Job (here the cluster refuses the Job for a
+// while) does not run either: Failed with ToolChanged, the approval recorded, never Denied, no Job.
+// A Tool deleted for good ends the call Failed with InvalidTool: there is no Tool to run.
+func TestToolChangedBetweenApprovalAndJobDoesNotRun(t *testing.T) {
+	for _, c := range toolChanges {
+		t.Run(c.name, func(t *testing.T) {
+			h := th.New(t, env)
+			g := h.G
+			unblock := refuseJobs(h)
+			tool := h.Tool("issue-refund", "issue_refund", "")
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
+			g.Eventually(func(g Gomega) {
+				d := h.Get("refund").Status.Decision
+				g.Expect(d).NotTo(BeNil())
+				g.Expect(d.Status).To(Equal(provider.StatusApproved))
+			}).WithTimeout(30 * time.Second).Should(Succeed())
+			g.Expect(h.Jobs()).To(BeEmpty())
+			c.change(h, tool)
+			unblock()
+
+			failed := h.WaitPhase("refund", tg.PhaseFailed, time.Minute)
+			if c.name == "deleted" {
+				g.Expect(failed.Status.Reason).To(Equal(tg.ReasonInvalidTool))
+				g.Expect(failed.Status.Message).To(ContainSubstring(`no Tool in namespace ` + h.NS + ` has spec.toolName "issue_refund"`))
+			} else {
+				g.Expect(failed.Status.Reason).To(Equal(tg.ReasonToolChanged))
+				g.Expect(failed.Status.Message).To(ContainSubstring(c.message))
+			}
+			g.Expect(failed.Status.Message).To(ContainSubstring("The call was approved but could not start"))
 			g.Expect(failed.Status.Message).To(HaveSuffix("The call did not run."))
-			g.Expect(failed.Status.Message).NotTo(ContainSubstring("denied"))
 			g.Expect(failed.Status.Decision.Status).To(Equal(provider.StatusApproved))
 			g.Expect(failed.Status.JobName).To(BeEmpty())
 			g.Expect(meta.FindStatusCondition(failed.Status.Conditions, tg.ConditionExecuted).Status).To(Equal(metav1.ConditionFalse))

@@ -71,9 +71,11 @@ type ToolCallReconciler struct {
 //	                  the acceptance record (admission.go),     AwaitingApproval; a decision in the POST
 //	                  then POST the request                     response goes on as below
 //	AwaitingApproval  awaitDecision (approval.go): apply what   AwaitingApproval (keep waiting), Denied,
-//	                  the waiter saw (applyDecision), or give   Cancelled, ApprovalUnavailable; approved:
-//	                  up at the limit (giveUp)                  startJob (job.go): Running, Expired, Failed
-//	Running           observeJob (job.go)                       Succeeded, Failed
+//	                  the waiter saw (applyDecision), give up   Cancelled, ApprovalUnavailable; approved:
+//	                  at the limit (giveUp), or withdraw for a  startJob (job.go): Running, Expired, Failed
+//	                  changed Tool (toolversion.go)
+//	Running           observeJob (job.go), observePods           Running (ImageUnavailable), Succeeded,
+//	                  (jobpods.go)                              Failed
 //	terminal          removeFinalizer (deletion.go)             -
 //	(deleted)         reconcileDelete (deletion.go)             the ToolCall is gone
 func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -169,12 +171,18 @@ func eventNote(tc *tg.ToolCall) string {
 	return fmt.Sprintf("%s Requested by %s.", tc.Status.Message, who)
 }
 
-// SetupWithManager registers the controller, its Tool index and the waiter's channel source.
+// SetupWithManager registers the controller, its indexes (Tools by toolName, ToolCalls by tool), the
+// watches of Jobs, of their Pods' waits for images and of Tool versions, and the waiter's channel.
 func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.Tool{}, toolNameField, func(o client.Object) []string {
 		return []string{o.(*tg.Tool).Spec.ToolName}
 	}); err != nil {
 		return fmt.Errorf("indexing Tools by %s: %w", toolNameField, err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.ToolCall{}, toolCallToolField, func(o client.Object) []string {
+		return []string{o.(*tg.ToolCall).Spec.Tool}
+	}); err != nil {
+		return fmt.Errorf("indexing ToolCalls by %s: %w", toolCallToolField, err)
 	}
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
@@ -187,6 +195,8 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&tg.ToolCall{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToToolCall(mgr.GetClient())), builder.WithPredicates(imageWaitChanged())).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &tg.Tool{},
+			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())), toolVersionChanged())).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		WithOptions(controller.Options{
 			SkipNameValidation:      &r.SkipNameValidation,

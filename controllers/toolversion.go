@@ -1,16 +1,28 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
 )
 
 // An approval, a human's or a rule's, is given for one version of the Tool: the one the ToolCall was
 // accepted against. Acceptance records the Tool's UID and generation; the Job is created only from
 // that Tool at that generation. A Tool edited (a new generation) or deleted and created again (a new
-// UID) after acceptance ends the call without running it.
+// UID) after acceptance ends the call without running it; a call still awaiting a decision then has
+// its request withdrawn at once (the Tool watch below brings it to awaitDecision).
 
 // recordToolVersion writes the Tool's identity into the acceptance record.
 func recordToolVersion(tc *tg.ToolCall, tool *tg.Tool) {
@@ -56,4 +68,110 @@ func checkToolVersion(tc *tg.ToolCall, tool *tg.Tool) *rejection {
 func toolChanged(problem string) *notStarted {
 	return &notStarted{tg.PhaseFailed, tg.ReasonToolChanged,
 		"The call was approved but could not start: " + problem + "; the approval covers the accepted version only. Create the ToolCall again to run it with the Tool as it is now. The call did not run."}
+}
+
+// acceptedToolChange says how the Tool a ToolCall was accepted against changed, "" while it is
+// unchanged (or the ToolCall records no version, which the acceptance check deals with). tools are
+// the Tools of the ToolCall's namespace.
+func acceptedToolChange(tc *tg.ToolCall, tools []tg.Tool) string {
+	uid := tc.Annotations[tg.AnnotationToolUID]
+	if uid == "" {
+		return ""
+	}
+	var others []*tg.Tool
+	for i := range tools {
+		t := &tools[i]
+		if t.Spec.ToolName != tc.Spec.Tool {
+			continue
+		}
+		if string(t.UID) == uid {
+			if !t.DeletionTimestamp.IsZero() {
+				return fmt.Sprintf("Tool %s is being deleted", t.Name)
+			}
+			return toolVersionProblem(tc, t)
+		}
+		others = append(others, t)
+	}
+	if len(others) > 0 {
+		return toolVersionProblem(tc, others[0])
+	}
+	return fmt.Sprintf("the Tool with toolName %s that the ToolCall was accepted against was deleted", tc.Spec.Tool)
+}
+
+// acceptedToolProblem is acceptedToolChange for a ToolCall awaiting a decision. A change the cache
+// shows is confirmed with a live read, so that a cache that is behind never withdraws a request.
+func (r *ToolCallReconciler) acceptedToolProblem(ctx context.Context, tc *tg.ToolCall) (string, error) {
+	tools := &tg.ToolList{}
+	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{toolNameField: tc.Spec.Tool}); err != nil {
+		return "", fmt.Errorf("listing the Tools of namespace %s from the cache: %w", tc.Namespace, err)
+	}
+	if acceptedToolChange(tc, tools.Items) == "" {
+		return "", nil
+	}
+	if err := r.APIReader.List(ctx, tools, client.InNamespace(tc.Namespace)); err != nil {
+		return "", fmt.Errorf("listing the Tools of namespace %s: %w", tc.Namespace, err)
+	}
+	return acceptedToolChange(tc, tools.Items), nil
+}
+
+// withdrawForToolChange ends a call whose Tool changed while its request awaited a decision: an
+// approval would cover the accepted version only and could never start the tool, so the request is
+// withdrawn and nobody reviews it. A decision that raced the withdrawal is applied as any other (an
+// approval then ends ToolChanged at the run gate). A provider that cannot cancel keeps the request
+// until its deadline; the call ends all the same, with a CancelFailed event.
+func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, tc *tg.ToolCall, ref provider.Ref, problem string) (ctrl.Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	req, err := r.Provider.Cancel(cctx, ref)
+	withdrawn := "so the approval request was withdrawn before anyone decided"
+	switch {
+	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
+		return r.applyDecision(ctx, tc, req)
+	case err == nil:
+		recordRequest(tc, req)
+	case provider.IsUntrusted(err):
+		return r.failClosed(ctx, tc, err)
+	case provider.CannotCancel(err):
+		r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Withdraw",
+			"The approvals provider cannot cancel the approval request (%s); it ends at its provider deadline, and an approval of it is never used.", provider.CodeOf(err))
+		withdrawn = "so the call ended before anyone decided (the provider cannot withdraw the request; an approval of it is never used)"
+	default:
+		return ctrl.Result{}, fmt.Errorf("withdrawing the approval request of a call whose Tool changed: %w", err)
+	}
+	setPhase(tc, tg.PhaseCancelled, tg.ReasonToolChanged, "The call could not be approved: "+problem+", "+withdrawn+
+		"; an approval would cover the accepted version only. Create the ToolCall again to run it with the Tool as it is now. The call did not run.")
+	return ctrl.Result{}, nil
+}
+
+// toolCallToolField indexes ToolCalls by spec.tool.
+const toolCallToolField = "spec.tool"
+
+// toolToWaitingCalls maps a Tool to the ToolCalls of its namespace that name its toolName and await a
+// decision: a new version (or the Tool's deletion or re-creation) withdraws their requests.
+func toolToWaitingCalls(c client.Reader) handler.TypedMapFunc[*tg.Tool, reconcile.Request] {
+	return func(ctx context.Context, tool *tg.Tool) []reconcile.Request {
+		calls := &tg.ToolCallList{}
+		if err := c.List(ctx, calls, client.InNamespace(tool.Namespace), client.MatchingFields{toolCallToolField: tool.Spec.ToolName}); err != nil {
+			logf.FromContext(ctx).Error(err, "listing the ToolCalls of a changed Tool", "tool", tool.Name)
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range calls.Items {
+			if calls.Items[i].Status.Phase == tg.PhaseAwaitingApproval {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&calls.Items[i])})
+			}
+		}
+		return reqs
+	}
+}
+
+// toolVersionChanged lets through a Tool's creation, deletion and changes of its spec (a new
+// generation), not its status writes.
+func toolVersionChanged() predicate.TypedPredicate[*tg.Tool] {
+	return predicate.TypedFuncs[*tg.Tool]{
+		UpdateFunc: func(e event.TypedUpdateEvent[*tg.Tool]) bool {
+			return e.ObjectOld.Generation != e.ObjectNew.Generation || e.ObjectOld.UID != e.ObjectNew.UID
+		},
+		GenericFunc: func(event.TypedGenericEvent[*tg.Tool]) bool { return false },
+	}
 }
