@@ -138,6 +138,11 @@ func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, tc *tg.T
 	default:
 		return ctrl.Result{}, fmt.Errorf("withdrawing the approval request of a call whose Tool changed: %w", err)
 	}
+	// Without an approval in the provider's answer, a Job started before a restart (whose status write
+	// was lost) is still the record that the call ran.
+	if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
+		return ctrl.Result{}, err
+	}
 	setPhase(tc, tg.PhaseCancelled, tg.ReasonToolChanged, "The call could not be approved: "+problem+", "+withdrawn+
 		"; an approval would cover the accepted version only. Create the ToolCall again to run it with the Tool as it is now. The call did not run.")
 	return ctrl.Result{}, nil
