@@ -155,6 +155,9 @@ func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
 	case tg.PhaseFailed, tg.PhaseDenied, tg.PhaseExpired, tg.PhaseApprovalUnavailable, tg.PhaseCancelled, tg.PhaseRejected:
 		eventType = corev1.EventTypeWarning
 	}
+	if tc.Status.Reason == tg.ReasonImageUnavailable {
+		eventType = corev1.EventTypeWarning
+	}
 	r.Recorder.Eventf(tc, nil, eventType, tc.Status.Reason, string(tc.Status.Phase), "%s", eventNote(tc))
 	if tc.Status.Phase.IsTerminal() {
 		toolCallOutcomes.WithLabelValues(string(tc.Status.Phase)).Inc()
