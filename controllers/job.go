@@ -199,7 +199,9 @@ func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, j
 	switch w := waitingForImage(job, pods.Items); {
 	case w != nil:
 		imageUnavailable(tc, w)
-	case tc.Status.Reason == tg.ReasonImageUnavailable:
+	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(pods.Items):
+		// The image arrived and the tool started. Until a container is seen started the wait is
+		// still the last word: the Job's deadline kills a waiting container without starting it.
 		r.markRunning(tc, job.Name)
 	}
 	return nil

@@ -83,6 +83,23 @@ func waitingForImage(job *batchv1.Job, pods []corev1.Pod) *imageWait {
 	return found
 }
 
+// containerStarted reports whether any container of the Job's Pods has been seen started: running,
+// or terminated (now or before) after a start. A container killed before it ever started (the Job's
+// deadline ending a wait for an image) terminates without a start time, which is no such evidence.
+func containerStarted(pods []corev1.Pod) bool {
+	for i := range pods {
+		p := &pods[i]
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if cs.State.Running != nil || cs.RestartCount > 0 ||
+				(cs.State.Terminated != nil && !cs.State.Terminated.StartedAt.IsZero()) ||
+				(cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.StartedAt.IsZero()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // imageWaitSuffix ends the Running message of a call whose container waits for its image; the part
 // before it names the container, the image and the kubelet's reason, and is kept in the outcome.
 const imageWaitSuffix = " The call was approved; the tool has not run, and the Job's deadline ends the call unless the image becomes available."

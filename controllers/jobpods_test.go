@@ -111,6 +111,38 @@ func TestImageUnavailableStatus(t *testing.T) {
 	g.Expect(findExecuted(tc)).To(Equal(executed), "the condition does not move, so the outcome does not rewrite it")
 }
 
+// Only a container seen running, or terminated after a start, ends a wait for an image: the Job's
+// deadline kills a container that never started, and the kubelet reports it terminated without a
+// start time.
+func TestContainerStarted(t *testing.T) {
+	startedAt := metav1.Now()
+	killedWaiting := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown"}}
+	exited := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, StartedAt: startedAt}}
+	restarted := toolPod(exited, waiting("ErrImagePull"))
+	restarted.Status.ContainerStatuses[0].RestartCount = 2
+	ranBefore := toolPod(initialized, waiting("ErrImagePull"))
+	ranBefore.Status.InitContainerStatuses[0].LastTerminationState = exited
+
+	cases := []struct {
+		name string
+		pods []corev1.Pod
+		want bool
+	}{
+		{"no Pod", nil, false},
+		{"waiting for the image", []corev1.Pod{toolPod(waiting("ErrImageNeverPull"), initialized)}, false},
+		{"killed while waiting, never started", []corev1.Pod{toolPod(killedWaiting, killedWaiting)}, false},
+		{"running", []corev1.Pod{toolPod(exited, running)}, true},
+		{"the init container exited after a start", []corev1.Pod{toolPod(exited, initialized)}, true},
+		{"restarted", []corev1.Pod{restarted}, true},
+		{"terminated after a start before", []corev1.Pod{ranBefore}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			NewWithT(t).Expect(containerStarted(c.pods)).To(Equal(c.want))
+		})
+	}
+}
+
 func findExecuted(tc *tg.ToolCall) metav1.Condition {
 	for _, c := range tc.Status.Conditions {
 		if c.Type == tg.ConditionExecuted {
