@@ -260,6 +260,39 @@ func TestToolChangedWhileAwaitingApprovalWithdrawsTheRequest(t *testing.T) {
 	}
 }
 
+// A decision a human made before the Tool changed is reported as that decision, also when the manager
+// learns of it only when it goes to withdraw the request (it was down meanwhile): a denial stays
+// Denied, an approval ends Failed (ToolChanged) at the run gate. Against a provider without a cancel
+// endpoint (the seed profile) the manager asks for the request's state instead.
+func TestToolChangedAfterADecisionKeepsTheDecision(t *testing.T) {
+	for _, status := range []string{provider.StatusDenied, provider.StatusApproved} {
+		t.Run(status, func(t *testing.T) {
+			h := th.New(t, env)
+			g := h.G
+			tool := h.Tool("issue-refund", "issue_refund", "")
+			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			req := h.PendingRequest("refund")
+			h.StopManager()
+			exp := time.Now().Add(5 * time.Minute)
+			_, err := h.Provider.Decide(req.ID, status, "Decided before the Tool changed.", &exp)
+			g.Expect(err).NotTo(HaveOccurred())
+			toolChanges[0].change(h, tool)
+			h.Start()
+
+			if status == provider.StatusDenied {
+				denied := h.WaitPhase("refund", tg.PhaseDenied)
+				g.Expect(denied.Status.Reason).To(Equal(tg.ReasonDenied))
+				g.Expect(denied.Status.Message).To(ContainSubstring("Decided before the Tool changed."))
+				return
+			}
+			failed := h.WaitPhase("refund", tg.PhaseFailed)
+			g.Expect(failed.Status.Reason).To(Equal(tg.ReasonToolChanged))
+			g.Expect(failed.Status.Decision.Status).To(Equal(provider.StatusApproved))
+			g.Consistently(h.Jobs, time.Second).Should(BeEmpty())
+		})
+	}
+}
+
 // A Tool that changes between a human's approval and the Job (here the cluster refuses the Job for a
 // while) does not run either: Failed with ToolChanged, the approval recorded, never Denied, no Job.
 // A Tool deleted for good ends the call Failed with InvalidTool: there is no Tool to run.

@@ -117,8 +117,9 @@ func (r *ToolCallReconciler) acceptedToolProblem(ctx context.Context, tc *tg.Too
 // withdrawForToolChange ends a call whose Tool changed while its request awaited a decision: an
 // approval would cover the accepted version only and could never start the tool, so the request is
 // withdrawn and nobody reviews it. A decision that raced the withdrawal is applied as any other (an
-// approval then ends ToolChanged at the run gate). A provider that cannot cancel keeps the request
-// until its deadline; the call ends all the same, with a CancelFailed event.
+// approval then ends ToolChanged at the run gate). A provider that cannot cancel is asked once for
+// the request's state, so that a decision it already holds is applied; a request still pending
+// there stays until its deadline, and the call ends all the same, with a CancelFailed event.
 func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, tc *tg.ToolCall, ref provider.Ref, problem string) (ctrl.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
@@ -132,6 +133,14 @@ func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, tc *tg.T
 	case provider.IsUntrusted(err):
 		return r.failClosed(ctx, tc, err)
 	case provider.CannotCancel(err):
+		// Nothing to cancel with: a decision the provider already holds is applied as any other, so
+		// that a human's denial is reported as one. Only a request still pending is left to its
+		// deadline.
+		if cur, werr := r.Provider.Wait(cctx, ref, 0); werr == nil && provider.IsTerminal(cur.Status) {
+			return r.applyDecision(ctx, tc, cur)
+		} else if provider.IsUntrusted(werr) {
+			return r.failClosed(ctx, tc, werr)
+		}
 		r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Withdraw",
 			"The approvals provider cannot cancel the approval request (%s); it ends at its provider deadline, and an approval of it is never used.", provider.CodeOf(err))
 		withdrawn = "so the call ended before anyone decided (the provider cannot withdraw the request; an approval of it is never used)"
