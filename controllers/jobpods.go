@@ -126,6 +126,36 @@ func imageUnavailableFailed(tc *tg.ToolCall, job *batchv1.Job) {
 		why, strings.TrimSuffix(tc.Status.Message, imageWaitSuffix)))
 }
 
+// slimPod keeps of a cached Pod what observePods reads (its identity, owner and labels, its
+// containers' names and images, and its containers' states), so that the Pods of finished Jobs, which
+// stay as long as their Jobs, cost the manager little memory.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+		},
+		Status: corev1.PodStatus{
+			Phase:                 p.Status.Phase,
+			InitContainerStatuses: p.Status.InitContainerStatuses,
+			ContainerStatuses:     p.Status.ContainerStatuses,
+		},
+	}
+	for _, c := range p.Spec.InitContainers {
+		slim.Spec.InitContainers = append(slim.Spec.InitContainers, corev1.Container{Name: c.Name, Image: c.Image})
+	}
+	for _, c := range p.Spec.Containers {
+		slim.Spec.Containers = append(slim.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
+	}
+	return slim, nil
+}
+
 // podToToolCall maps a Pod of one of Toolgate's Jobs to the ToolCall that owns the Job.
 func podToToolCall(c client.Reader) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {

@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
@@ -141,6 +142,31 @@ func TestContainerStarted(t *testing.T) {
 			NewWithT(t).Expect(containerStarted(c.pods)).To(Equal(c.want))
 		})
 	}
+}
+
+// The cached Pod keeps what waitingForImage and containerStarted read, and nothing of the spec beyond
+// the containers' names and images.
+func TestSlimPodKeepsWhatThePodChecksRead(t *testing.T) {
+	g := NewWithT(t)
+	pod := toolPod(waiting("ErrImageNeverPull"), initialized)
+	pod.Name, pod.Namespace, pod.Labels = "refund-1-abc-x", "demo", map[string]string{tg.LabelToolCallUID: "uid-1"}
+	pod.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "refund-1-abc", Controller: ptr.To(true)}}
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "TOOL_ARGUMENTS", Value: `{"amount":4900}`}}
+	pod.Spec.NodeName = "node-1"
+
+	got, err := slimPod(&pod)
+	g.Expect(err).NotTo(HaveOccurred())
+	slim := got.(*corev1.Pod)
+	job := &batchv1.Job{}
+	g.Expect(waitingForImage(job, []corev1.Pod{*slim})).To(Equal(waitingForImage(job, []corev1.Pod{pod})))
+	g.Expect(waitingForImage(job, []corev1.Pod{*slim})).NotTo(BeNil())
+	g.Expect(containerStarted([]corev1.Pod{*slim})).To(BeFalse())
+	g.Expect(metav1.GetControllerOf(slim).Name).To(Equal("refund-1-abc"))
+	g.Expect(slim.Labels).To(Equal(pod.Labels))
+	g.Expect(slim.ManagedFields).To(BeNil())
+	g.Expect(slim.Spec.Containers[0].Env).To(BeNil(), "the tool's arguments are not kept")
+	g.Expect(slim.Spec.NodeName).To(BeEmpty())
 }
 
 func findExecuted(tc *tg.ToolCall) metav1.Condition {

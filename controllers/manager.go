@@ -103,7 +103,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
-			&corev1.Pod{}:  {Label: labels.NewSelector().Add(*ours)},
+			&corev1.Pod{}:  {Label: labels.NewSelector().Add(*ours), Transform: slimPod},
 		}},
 	})
 	if err != nil {
