@@ -170,16 +170,10 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that
 // raced the cancellation is applied as any other.
 func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Window, ref provider.Ref) (ctrl.Result, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-	defer cancel()
-	req, err := r.Provider.Cancel(cctx, ref)
+	settled, res, err := r.cancelRequest(ctx, tc, ref)
 	switch {
-	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
-		return r.applyDecision(ctx, tc, req)
-	case err == nil:
-		recordRequest(tc, req)
-	case provider.IsUntrusted(err):
-		return r.failClosed(ctx, tc, err)
+	case settled:
+		return res, err
 	case provider.CannotCancel(err):
 		// No cancel endpoint (or the request is gone): it ends at its provider deadline, which has
 		// passed. Without the provider's answer, a Job started before a restart is the record that the
@@ -189,7 +183,7 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 		}
 		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit. The call did not run.")
 		return ctrl.Result{}, nil
-	default:
+	case err != nil:
 		if r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 			return ctrl.Result{}, fmt.Errorf("cancelling the approval request at the waiting limit: %w", err)
 		}
@@ -197,6 +191,27 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 	}
 	setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit, so the request was withdrawn. The call did not run.")
 	return ctrl.Result{}, nil
+}
+
+// cancelRequest cancels the call's pending request and records the provider's answer. A decision
+// made meanwhile, or an answer that cannot be trusted, settles the call (applyDecision, failClosed):
+// settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
+// nil when the request is cancelled.
+func (r *ToolCallReconciler) cancelRequest(ctx context.Context, tc *tg.ToolCall, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
+	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	req, err := r.Provider.Cancel(cctx, ref)
+	switch {
+	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
+		res, err := r.applyDecision(ctx, tc, req)
+		return true, res, err
+	case err == nil:
+		recordRequest(tc, req)
+	case provider.IsUntrusted(err):
+		res, err := r.failClosed(ctx, tc, err)
+		return true, res, err
+	}
+	return false, ctrl.Result{}, err
 }
 
 // applyDecision records the provider's terminal answer and acts on it.

@@ -91,9 +91,7 @@ func TestImageUnavailableStatus(t *testing.T) {
 	w := &imageWait{container: "tool", image: "localhost/refund:1", reason: "ErrImageNeverPull"}
 
 	imageUnavailable(tc, w)
-	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseRunning))
-	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonImageUnavailable))
-	g.Expect(tc.Status.Message).To(Equal("Job refund-1-abc's container tool has not started: the node does not have image localhost/refund:1 " +
+	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseRunning, "Job refund-1-abc's container tool has not started: the node does not have image localhost/refund:1 " +
 		"and the container's imagePullPolicy is Never (ErrImageNeverPull). The call was approved; the tool has not run, " +
 		"and the Job's deadline ends the call unless the image becomes available."))
 	executed := findExecuted(tc)
@@ -104,9 +102,7 @@ func TestImageUnavailableStatus(t *testing.T) {
 		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline",
 	}}}}
 	imageUnavailableFailed(tc, job)
-	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseFailed))
-	g.Expect(tc.Status.Reason).To(Equal(tg.ReasonImageUnavailable))
-	g.Expect(tc.Status.Message).To(Equal("The tool's Job failed (DeadlineExceeded: Job was active longer than specified deadline) before its " +
+	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseFailed, "The tool's Job failed (DeadlineExceeded: Job was active longer than specified deadline) before its " +
 		"container started, so the tool did not run, as last reported by the kubelet. Job refund-1-abc's container tool has not " +
 		"started: the node does not have image localhost/refund:1 and the container's imagePullPolicy is Never (ErrImageNeverPull)."))
 	g.Expect(findExecuted(tc)).To(Equal(executed), "the condition does not move, so the outcome does not rewrite it")
@@ -167,6 +163,15 @@ func TestSlimPodKeepsWhatThePodChecksRead(t *testing.T) {
 	g.Expect(slim.ManagedFields).To(BeNil())
 	g.Expect(slim.Spec.Containers[0].Env).To(BeNil(), "the tool's arguments are not kept")
 	g.Expect(slim.Spec.NodeName).To(BeEmpty())
+}
+
+// haveImageOutcome matches a ToolCall status with phase, reason ImageUnavailable and message.
+func haveImageOutcome(phase tg.ToolCallPhase, message string) OmegaMatcher {
+	return And(
+		HaveField("Phase", phase),
+		HaveField("Reason", tg.ReasonImageUnavailable),
+		HaveField("Message", message),
+	)
 }
 
 func findExecuted(tc *tg.ToolCall) metav1.Condition {

@@ -121,22 +121,19 @@ func (r *ToolCallReconciler) acceptedToolProblem(ctx context.Context, tc *tg.Too
 // the request's state, so that a decision it already holds is applied; a request still pending
 // there stays until its deadline, and the call ends all the same, with a CancelFailed event.
 func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, tc *tg.ToolCall, ref provider.Ref, problem string) (ctrl.Result, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-	defer cancel()
-	req, err := r.Provider.Cancel(cctx, ref)
+	settled, res, err := r.cancelRequest(ctx, tc, ref)
 	withdrawn := "so the approval request was withdrawn before anyone decided"
 	switch {
-	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
-		return r.applyDecision(ctx, tc, req)
-	case err == nil:
-		recordRequest(tc, req)
-	case provider.IsUntrusted(err):
-		return r.failClosed(ctx, tc, err)
+	case settled:
+		return res, err
 	case provider.CannotCancel(err):
 		// Nothing to cancel with: a decision the provider already holds is applied as any other, so
 		// that a human's denial is reported as one. Only a request still pending is left to its
 		// deadline.
-		if cur, werr := r.Provider.Wait(cctx, ref, 0); werr == nil && provider.IsTerminal(cur.Status) {
+		cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+		cur, werr := r.Provider.Wait(cctx, ref, 0)
+		cancel()
+		if werr == nil && provider.IsTerminal(cur.Status) {
 			return r.applyDecision(ctx, tc, cur)
 		} else if provider.IsUntrusted(werr) {
 			return r.failClosed(ctx, tc, werr)
@@ -144,7 +141,7 @@ func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, tc *tg.T
 		r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Withdraw",
 			"The approvals provider cannot cancel the approval request (%s); it ends at its provider deadline, and an approval of it is never used.", provider.CodeOf(err))
 		withdrawn = "so the call ended before anyone decided (the provider cannot withdraw the request; an approval of it is never used)"
-	default:
+	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("withdrawing the approval request of a call whose Tool changed: %w", err)
 	}
 	// Without an approval in the provider's answer, a Job started before a restart (whose status write
