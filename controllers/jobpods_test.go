@@ -91,8 +91,8 @@ func TestImageUnavailableStatus(t *testing.T) {
 	w := &imageWait{container: "tool", image: "localhost/refund:1", reason: "ErrImageNeverPull"}
 
 	imageUnavailable(tc, w)
-	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseRunning, "Job refund-1-abc's container tool has not started: the node does not have image localhost/refund:1 " +
-		"and the container's imagePullPolicy is Never (ErrImageNeverPull). The call was approved; the tool has not run, " +
+	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseRunning, "Job refund-1-abc's container tool has not started: the node does not have image localhost/refund:1 "+
+		"and the container's imagePullPolicy is Never (ErrImageNeverPull). The call was approved; the tool has not run, "+
 		"and the Job's deadline ends the call unless the image becomes available."))
 	executed := findExecuted(tc)
 	g.Expect(executed.Status).To(Equal(metav1.ConditionUnknown))
@@ -102,8 +102,8 @@ func TestImageUnavailableStatus(t *testing.T) {
 		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline",
 	}}}}
 	imageUnavailableFailed(tc, job)
-	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseFailed, "The tool's Job failed (DeadlineExceeded: Job was active longer than specified deadline) before its " +
-		"container started, so the tool did not run, as last reported by the kubelet. Job refund-1-abc's container tool has not " +
+	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseFailed, "The tool's Job failed (DeadlineExceeded: Job was active longer than specified deadline) before its "+
+		"container started, so the tool did not run, as last reported by the kubelet. Job refund-1-abc's container tool has not "+
 		"started: the node does not have image localhost/refund:1 and the container's imagePullPolicy is Never (ErrImageNeverPull)."))
 	g.Expect(findExecuted(tc)).To(Equal(executed), "the condition does not move, so the outcome does not rewrite it")
 }

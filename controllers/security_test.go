@@ -19,6 +19,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -261,21 +262,25 @@ func TestProviderOverTLSWithItsCA(t *testing.T) {
 // does not run, and the status and events say that the certificate could not be verified.
 func TestProviderCertificateFromAnotherCAIsRefusedVisibly(t *testing.T) {
 	ca, other := testcert.NewCA(t, "approvals provider CA"), testcert.NewCA(t, "some other CA")
-	h := th.New(t, env, th.WithProviderTLS(ca.ServerCert(t)), th.WithProviderClient(func(o *provider.Options) { o.CAFile = caFile(t, other) }))
+	// The controller's clock stands still until the test moves it past the approval limit, so that
+	// attempts that first end in a timeout on a loaded machine (the TLS handshake is slow there) leave
+	// room for the certificate's verdict.
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	h := th.New(t, env, th.WithClock(clk), th.WithProviderTLS(ca.ServerCert(t)), th.WithProviderClient(func(o *provider.Options) { o.CAFile = caFile(t, other) }))
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	// approval limit = 14s - 5s exec - 1s return = 8s after creation.
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 14*time.Second, nil)
 	const problem = "x509: certificate signed by unknown authority"
 
-	// An attempt may first end in a timeout on a loaded machine; the certificate's verdict follows.
 	g.Eventually(func(g Gomega) {
 		pending := h.Get("refund")
 		g.Expect(pending.Status.Phase).To(Equal(tg.PhasePending))
 		g.Expect(pending.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
 		g.Expect(pending.Status.Message).To(And(ContainSubstring(problem), ContainSubstring("--provider-ca-file")))
-	}).WithTimeout(8 * time.Second).Should(Succeed())
-	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+	}).WithTimeout(time.Minute).Should(Succeed())
+	clk.SetTime(clk.Now().Add(time.Minute)) // past the limit, however late the ToolCall was created
+	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable, time.Minute)
 	g.Expect(u.Status.Reason).To(Equal(tg.ReasonWaitingLimitReached))
 	g.Expect(u.Status.Message).To(And(ContainSubstring(problem), ContainSubstring("The call did not run.")))
 	g.Eventually(func(g Gomega) []string {
