@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -62,10 +63,10 @@ func waitingForImage(job *batchv1.Job, pods []corev1.Pod) *imageWait {
 	for i := range pods {
 		p := &pods[i]
 		images := map[string]string{}
-		for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 			images[c.Name] = c.Image
 		}
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		for _, cs := range statuses(p) {
 			if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil || cs.RestartCount > 0 {
 				return nil
 			}
@@ -83,13 +84,18 @@ func waitingForImage(job *batchv1.Job, pods []corev1.Pod) *imageWait {
 	return found
 }
 
+// statuses are the states of a Pod's init containers and containers, in that order.
+func statuses(p *corev1.Pod) []corev1.ContainerStatus {
+	return slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
+}
+
 // containerStarted reports whether any container of the Job's Pods has been seen started: running,
 // or terminated (now or before) after a start. A container killed before it ever started (the Job's
 // deadline ending a wait for an image) terminates without a start time, which is no such evidence.
 func containerStarted(pods []corev1.Pod) bool {
 	for i := range pods {
 		p := &pods[i]
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		for _, cs := range statuses(p) {
 			if cs.State.Running != nil || cs.RestartCount > 0 ||
 				(cs.State.Terminated != nil && !cs.State.Terminated.StartedAt.IsZero()) ||
 				(cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.StartedAt.IsZero()) {
@@ -183,7 +189,7 @@ func imageWaitChanged() predicate.Funcs {
 		if !ok {
 			return ""
 		}
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		for _, cs := range statuses(p) {
 			if w := cs.State.Waiting; w != nil {
 				if reason, ok := imageWaitingReasons[w.Reason]; ok {
 					return cs.Name + "/" + reason
