@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -94,7 +95,7 @@ func TestImageUnavailableStatus(t *testing.T) {
 	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseRunning, "Job refund-1-abc's container tool has not started: the node does not have image localhost/refund:1 "+
 		"and the container's imagePullPolicy is Never (ErrImageNeverPull). The call was approved; the tool has not run, "+
 		"and the Job's deadline ends the call unless the image becomes available."))
-	executed := findExecuted(tc)
+	executed := *meta.FindStatusCondition(tc.Status.Conditions, tg.ConditionExecuted)
 	g.Expect(executed.Status).To(Equal(metav1.ConditionUnknown))
 	g.Expect(executed.Reason).To(Equal(tg.ReasonImageUnavailable))
 
@@ -105,7 +106,7 @@ func TestImageUnavailableStatus(t *testing.T) {
 	g.Expect(tc.Status).To(haveImageOutcome(tg.PhaseFailed, "The tool's Job failed (DeadlineExceeded: Job was active longer than specified deadline) before its "+
 		"container started, so the tool did not run, as last reported by the kubelet. Job refund-1-abc's container tool has not "+
 		"started: the node does not have image localhost/refund:1 and the container's imagePullPolicy is Never (ErrImageNeverPull)."))
-	g.Expect(findExecuted(tc)).To(Equal(executed), "the condition does not move, so the outcome does not rewrite it")
+	g.Expect(*meta.FindStatusCondition(tc.Status.Conditions, tg.ConditionExecuted)).To(Equal(executed), "the condition does not move, so the outcome does not rewrite it")
 }
 
 // Only a container seen running, or terminated after a start, ends a wait for an image: the Job's
@@ -172,13 +173,4 @@ func haveImageOutcome(phase tg.ToolCallPhase, message string) OmegaMatcher {
 		HaveField("Reason", tg.ReasonImageUnavailable),
 		HaveField("Message", message),
 	)
-}
-
-func findExecuted(tc *tg.ToolCall) metav1.Condition {
-	for _, c := range tc.Status.Conditions {
-		if c.Type == tg.ConditionExecuted {
-			return c
-		}
-	}
-	return metav1.Condition{}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -198,8 +199,11 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&tg.ToolCall{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToToolCall(mgr.GetClient())), builder.WithPredicates(imageWaitChanged())).
+		// A Tool's creation, deletion or new generation (not its status writes) reaches the calls that
+		// await a decision for its toolName.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &tg.Tool{},
-			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())), toolVersionChanged())).
+			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
+			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		WithOptions(controller.Options{
 			SkipNameValidation:      &r.SkipNameValidation,

@@ -8,10 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -78,7 +76,7 @@ func acceptedToolChange(tc *tg.ToolCall, tools []tg.Tool) string {
 	if uid == "" {
 		return ""
 	}
-	var others []*tg.Tool
+	var other *tg.Tool // a Tool of that toolName with another UID: the accepted one was re-created
 	for i := range tools {
 		t := &tools[i]
 		if t.Spec.ToolName != tc.Spec.Tool {
@@ -90,10 +88,12 @@ func acceptedToolChange(tc *tg.ToolCall, tools []tg.Tool) string {
 			}
 			return toolVersionProblem(tc, t)
 		}
-		others = append(others, t)
+		if other == nil {
+			other = t
+		}
 	}
-	if len(others) > 0 {
-		return toolVersionProblem(tc, others[0])
+	if other != nil {
+		return toolVersionProblem(tc, other)
 	}
 	return fmt.Sprintf("the Tool with toolName %s that the ToolCall was accepted against was deleted", tc.Spec.Tool)
 }
@@ -173,16 +173,5 @@ func toolToWaitingCalls(c client.Reader) handler.TypedMapFunc[*tg.Tool, reconcil
 			}
 		}
 		return reqs
-	}
-}
-
-// toolVersionChanged lets through a Tool's creation, deletion and changes of its spec (a new
-// generation), not its status writes.
-func toolVersionChanged() predicate.TypedPredicate[*tg.Tool] {
-	return predicate.TypedFuncs[*tg.Tool]{
-		UpdateFunc: func(e event.TypedUpdateEvent[*tg.Tool]) bool {
-			return e.ObjectOld.Generation != e.ObjectNew.Generation || e.ObjectOld.UID != e.ObjectNew.UID
-		},
-		GenericFunc: func(event.TypedGenericEvent[*tg.Tool]) bool { return false },
 	}
 }
