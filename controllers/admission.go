@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -10,13 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 )
 
 // admit checks everything that can be checked before asking a human, runs the Tool's approval rules,
 // then records acceptance: the finalizer (so no request is ever left behind), the Tool's
 // executionTimeout (so the ToolCall's timing and its request body stay fixed) and the Tool's UID and
 // generation (so that only this version of the Tool runs).
-func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admitted, *rejection, error) {
+func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admitted, *lifecycle.Status, error) {
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -25,10 +27,10 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	if rej != nil {
 		return nil, rej, nil
 	}
-	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: executionTimeout(tool)}
+	w := lifecycle.NewWindow(tc, lifecycle.ExecutionTimeout(tool))
 	timeout := r.Timing.RequestedTimeout(w, durationPtr(tc.Spec.Timeout), r.Clock.Now())
 	if err := r.Timing.CheckFits(w, timeout, r.Clock.Now()); err != nil {
-		return nil, &rejection{tg.ReasonTimeoutDoesNotFit, "spec.timeout: " + err.Error() + "."}, nil
+		return nil, lifecycle.TimeoutDoesNotFit.Status(err), nil
 	}
 	// The Job the approval would start must be valid before anyone is asked to approve it. The
 	// template decides that, so the dry run runs once per Tool generation.
@@ -36,7 +38,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
 		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-				return nil, &rejection{tg.ReasonInvalidTool, fmt.Sprintf("Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", tool.Name, apierrors.ReasonForError(err))}, nil
+				return nil, lifecycle.JobTemplateInvalid.Status(tool.Name, apierrors.ReasonForError(err)), nil
 			}
 			return nil, nil, fmt.Errorf("dry-running the Job of Tool %s: %w", tool.Name, err)
 		}
@@ -49,7 +51,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	}
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
-	recordToolVersion(tc, tool)
+	lifecycle.RecordToolVersion(tc, tool)
 	if adm.verdict.Action == tg.ActionApprove {
 		tc.Annotations[tg.AnnotationApprovalRule] = adm.verdict.Rule
 	}
@@ -62,7 +64,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 
 // checkInput finds the ToolCall's Tool and checks the arguments: their size and depth, then the Tool's
 // argumentsSchema. It returns the Tool only when every check passed.
-func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *rejection, error) {
+func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *lifecycle.Status, error) {
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -76,6 +78,41 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 	return tool, nil, nil
 }
 
+// MaxArgumentsDepth bounds how deeply arguments may nest.
+const MaxArgumentsDepth = 32
+
+// checkArguments checks size and depth: an object of at most MaxArgumentsBytes, nested at most MaxArgumentsDepth.
+func checkArguments(raw []byte) *lifecycle.Status {
+	if len(raw) > tg.MaxArgumentsBytes {
+		return lifecycle.ArgumentsTooLarge.Status(len(raw), tg.MaxArgumentsBytes)
+	}
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return lifecycle.ArgumentsNotObject.Status()
+	}
+	depth, maxDepth, inString, escaped := 0, 0, false, false
+	for _, c := range trimmed {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			maxDepth = max(maxDepth, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	if maxDepth > MaxArgumentsDepth {
+		return lifecycle.ArgumentsTooDeep.Status(maxDepth, MaxArgumentsDepth)
+	}
+	return nil
+}
+
 // checkAcceptance checks the acceptance record of a ToolCall that carries the finalizer, before its
 // request is submitted (again). It repeats every check of admit that does not depend on the instant
 // of admission, and requires the annotations to be values admit could have written: the Tool's
@@ -85,7 +122,7 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 // apiserver request to every repeated submission, and the Job is validated when it is created. The
 // Tool must still be the version the record names; its approval rules then decide again, as they
 // did at acceptance.
-func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*admitted, *rejection, error) {
+func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*admitted, *lifecycle.Status, error) {
 	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
 	if rej != nil {
 		return nil, rej, nil
@@ -98,7 +135,7 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 	if err != nil || rej != nil {
 		return nil, rej, err
 	}
-	if want := executionTimeout(tool); exec != want {
+	if want := lifecycle.ExecutionTimeout(tool); exec != want {
 		return nil, notAccepted(fmt.Sprintf("annotation %s is %s while Tool %s has executionTimeout %s (if the Tool was changed after the ToolCall was accepted, create the ToolCall again)",
 			tg.AnnotationExecutionTimeout, exec, tool.Name, want)), nil
 	}
@@ -107,14 +144,22 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 			return nil, notAccepted(fmt.Sprintf("annotation %s is %s while spec.timeout is %s", tg.AnnotationApprovalTimeout, timeout, want)), nil
 		}
 	}
-	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: exec}
+	w := lifecycle.NewWindow(tc, exec)
 	if timeout != timeout.Truncate(time.Second) || r.Timing.CheckFits(w, timeout, w.Created) != nil {
 		most := max(r.Timing.ApprovalLimit(w).Sub(w.Created)-r.Timing.FinalStateMargin, 0).Truncate(time.Second)
 		return nil, notAccepted(fmt.Sprintf("annotation %s is %s while the approval timeouts that fit this ToolCall's waiting limit are whole seconds from 1s to %s",
 			tg.AnnotationApprovalTimeout, timeout, most)), nil
 	}
-	if rej := checkToolVersion(tc, tool); rej != nil {
-		return nil, rej, nil
+	// The Tool must still be the accepted version: a record without the version is not one this
+	// controller writes; a record of another version is a Tool that changed before the request was
+	// submitted (again).
+	for _, key := range []string{tg.AnnotationToolUID, tg.AnnotationToolGeneration} {
+		if _, ok := tc.Annotations[key]; !ok {
+			return nil, notAccepted(fmt.Sprintf("annotation %s is missing (the controller writes it together with the finalizer)", key)), nil
+		}
+	}
+	if mismatch := lifecycle.ToolVersionMismatch(tc, tool); mismatch != "" {
+		return nil, lifecycle.ToolChangedBeforeSubmission.Status(mismatch), nil
 	}
 	adm, rej := r.applyRules(tc, tool)
 	if rej != nil {
@@ -139,8 +184,8 @@ func ruleSuffix(rule string) string {
 	return " (rule " + rule + ")"
 }
 
-// acceptedDuration reads one annotation of the acceptance record.
-func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *rejection) {
+// acceptedDuration reads one annotation of the acceptance record, for the acceptance check.
+func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *lifecycle.Status) {
 	v, ok := tc.Annotations[key]
 	if !ok {
 		return 0, notAccepted(fmt.Sprintf("annotation %s is missing (the controller writes it together with the finalizer)", key))
@@ -153,26 +198,4 @@ func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *rejection) {
 }
 
 // notAccepted is the rejection of an acceptance record this controller would not have written.
-func notAccepted(problem string) *rejection {
-	return &rejection{tg.ReasonAcceptanceRecordInvalid, fmt.Sprintf(
-		"The ToolCall carries the finalizer %s, which records that the controller accepted it, but %s. The controller does not submit or run a ToolCall on an acceptance record it did not write: create ToolCalls without toolgate.dev/ finalizers or annotations (the controller adds them). The call did not run.",
-		tg.Finalizer, problem)}
-}
-
-// findTool resolves spec.tool to the namespace's one Tool with that toolName.
-func (r *ToolCallReconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *rejection, error) {
-	tools := &tg.ToolList{}
-	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{toolNameField: tc.Spec.Tool}); err != nil {
-		return nil, nil, fmt.Errorf("listing the Tools of namespace %s from the cache: %w", tc.Namespace, err)
-	}
-	tool, rej := pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
-	if rej != nil {
-		// Rejection is final: confirm with a live read that the cache was not just behind (a Tool
-		// created a moment before the ToolCall).
-		if err := r.APIReader.List(ctx, tools, client.InNamespace(tc.Namespace)); err != nil {
-			return nil, nil, fmt.Errorf("listing the Tools of namespace %s: %w", tc.Namespace, err)
-		}
-		tool, rej = pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
-	}
-	return tool, rej, nil
-}
+func notAccepted(problem string) *lifecycle.Status { return lifecycle.RecordInvalid.Status(problem) }

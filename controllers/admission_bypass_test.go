@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
 	th "toolgate.dev/toolgate/test/testharness"
@@ -138,9 +139,10 @@ func TestConsistentForgedRecordIsHeldToTheToolsLimits(t *testing.T) {
 	forge(h, "refund", th.RefundArgs, 2*time.Minute, nil, versioned(record("5s", "60s"), tool))
 
 	req := h.PendingRequest("refund")
-	g.Expect(req.Timeout).To(Equal(provider.FormatTimeout(time.Minute)))
+	g.Expect(req.Timeout).To(Equal("1m"))
 	h.Approve(req.ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	jobs := h.Jobs()
 	g.Expect(jobs).To(HaveLen(1))
 	g.Expect(jobs[0].Name).To(Equal(running.Status.JobName))
@@ -158,16 +160,21 @@ func TestGenuineAcceptanceRecordIsSubmittedAfterRestart(t *testing.T) {
 	p := h.WaitPhase("refund", tg.PhasePending)
 	g.Expect(p.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
 	g.Expect(p.Finalizers).To(ContainElement(tg.Finalizer))
+	// The defaulted timeout by the timing rules (Timing.RequestedTimeout with the harness's margins):
+	// the approval limit, creation + 2m - 5s executionTimeout - 1s return margin, less the 2s
+	// final-state margin and the 1s submit allowance, counted from the acceptance and rounded down to
+	// whole minutes: 1m for an acceptance in the first 51s after creation.
+	w := controllers.Window{Created: p.CreationTimestamp.Time, WaitingLimit: 2 * time.Minute, ExecutionTimeout: 5 * time.Second}
+	g.Expect(th.TestTiming().RequestedTimeout(w, nil, p.CreationTimestamp.Time)).To(Equal(time.Minute))
+	g.Expect(th.TestTiming().RequestedTimeout(w, nil, p.CreationTimestamp.Add(51*time.Second))).To(Equal(time.Minute))
 	recorded := p.Annotations[tg.AnnotationApprovalTimeout]
-	g.Expect(recorded).NotTo(BeEmpty())
+	g.Expect(recorded).To(Equal("1m0s"))
 
 	h.StopManager()
 	h.Provider.Faults().Clear()
 	h.Start()
 	req := h.PendingRequest("refund")
-	d, err := time.ParseDuration(recorded)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(req.Timeout).To(Equal(provider.FormatTimeout(d)))
+	g.Expect(req.Timeout).To(Equal("1m"), "the recorded timeout, as AAP writes it")
 	g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1))
 	g.Expect(h.Get("refund").Annotations).To(HaveKeyWithValue(tg.AnnotationApprovalTimeout, recorded), "the record is never rewritten")
 }

@@ -6,26 +6,28 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"time"
+	"net/http"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
 // submit admits a new ToolCall (or rejects it) and submits its approval request, idempotently.
-func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error) {
+	tc := sc.tc
 	accepted := controllerutil.ContainsFinalizer(tc, tg.Finalizer)
 	if accepted && approvedByPolicy(tc) {
 		// A rule approved the call in an earlier reconcile whose Job create failed: the approval is
 		// checked again, with the Tool's version, immediately before the Job, as a human's would be.
-		return r.startJob(ctx, tc)
+		return r.startJob(ctx, sc)
 	}
 	var adm *admitted
-	var rej *rejection
+	var rej *lifecycle.Status
 	var err error
 	if accepted {
 		// The finalizer and annotations record an earlier acceptance, but whoever may create a
@@ -34,71 +36,76 @@ func (r *ToolCallReconciler) submit(ctx context.Context, tc *tg.ToolCall) (ctrl.
 		adm, rej, err = r.checkAcceptance(ctx, tc)
 	} else {
 		adm, rej, err = r.admit(ctx, tc)
+		sc.recorded()
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if rej != nil {
-		if accepted {
-			// An accepted call may have been approved and started by an earlier reconcile whose status
-			// write was lost (a rule's approval creates the Job before any status is written): its Job
-			// is the record that the tool ran, and such a call is never reported as not run.
-			if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
-				return ctrl.Result{}, err
-			}
-			r.withdraw(ctx, tc)
+		if !accepted {
+			setStatus(tc, rej)
+			return ctrl.Result{}, nil
 		}
-		setPhase(tc, tg.PhaseRejected, rej.reason, rej.message)
-		return ctrl.Result{}, nil
+		// An accepted call may have been approved and started by an earlier reconcile whose status
+		// write was lost (a rule's approval creates the Job before any status is written): its Job
+		// is the record that the tool ran, and such a call is never reported as not run.
+		ended, err := r.endWithoutRunning(ctx, sc, rej)
+		if ended {
+			r.withdraw(ctx, sc)
+		}
+		return ctrl.Result{}, err
 	}
 	if adm.verdict.Action == tg.ActionApprove {
-		return r.approveByPolicy(ctx, tc, adm)
+		return r.approveByPolicy(ctx, sc, adm)
 	}
-	w, sub, err := r.submission(tc)
+	acc, err := sc.accepted()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-	defer cancel()
-	req, err := r.Provider.Submit(cctx, sub)
+	req, err := r.Provider.Submit(ctx, acc.Submission)
 	if err != nil {
-		return r.submitFailed(ctx, tc, w, err)
+		return r.submitFailed(ctx, sc, acc.Window, err)
 	}
 	recordRequest(tc, req)
 	if provider.IsTerminal(req.Status) {
 		// A decision in the POST response is applied at once, without polling.
-		return r.applyDecision(ctx, tc, req)
+		return r.applyDecision(ctx, sc, req)
 	}
-	setPhase(tc, tg.PhaseAwaitingApproval, tg.ReasonAwaitingApproval, "Waiting for a human to approve or deny the call.")
-	return r.awaitDecision(ctx, tc)
+	setStatus(tc, lifecycle.AwaitingHuman.Status())
+	return r.awaitDecision(ctx, sc)
 }
 
 // withdraw cancels, best effort, the request that an earlier submission of a rejected acceptance
 // record may have left at the provider (a crash between the POST and the status write), recovering
 // its id with the idempotent submission, so that no human reviews a call that will not run.
-func (r *ToolCallReconciler) withdraw(ctx context.Context, tc *tg.ToolCall) {
-	if _, ruled := tc.Annotations[tg.AnnotationApprovalRule]; ruled {
+func (r *ToolCallReconciler) withdraw(ctx context.Context, sc *scope) {
+	if _, ruled := sc.tc.Annotations[tg.AnnotationApprovalRule]; ruled {
 		return // a rule approved the call at acceptance: no request was ever submitted
 	}
-	if _, _, err := r.submission(tc); err != nil {
+	if _, err := sc.accepted(); err != nil {
 		return // without both annotations nothing was ever submitted
 	}
-	if err := r.cancelPending(ctx, tc); err != nil {
+	if _, err := r.cancelPending(ctx, sc); err != nil {
 		logf.FromContext(ctx).Info("withdrawing the approval request of a rejected acceptance record failed; it ends at its provider deadline", "code", provider.CodeOf(err))
 	}
 }
 
 // submitFailed decides what a failed submission means: retry (Pending), refused input (Rejected),
 // an untrusted answer or a limit reached (ApprovalUnavailable).
-func (r *ToolCallReconciler) submitFailed(ctx context.Context, tc *tg.ToolCall, w Window, err error) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
+func (r *ToolCallReconciler) submitFailed(ctx context.Context, sc *scope, w Window, err error) (ctrl.Result, error) {
+	tc := sc.tc
 	code := provider.CodeOf(err)
 	switch {
 	case provider.IsUntrusted(err):
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonUntrustedResponse, "Approval could not be obtained: the provider's answer to the submission could not be trusted ("+err.Error()+"). The call did not run.")
+		setStatus(tc, lifecycle.UntrustedSubmitAnswer.Status(err))
 		return ctrl.Result{}, nil
-	case code == provider.CodeInvalidRequest || code == provider.CodeInvalidTimeout || code == provider.CodeIdempotencyKeyReused:
-		setPhase(tc, tg.PhaseRejected, tg.ReasonProviderRefused, "The approvals provider refused the request before any human saw it ("+err.Error()+"). The call did not run.")
+	case code == provider.CodeIdempotencyConflict:
+		// Another request holds the call's key: nothing is asked under a new key, nothing runs.
+		setStatus(tc, lifecycle.IdempotencyConflict.Status())
+		return ctrl.Result{}, nil
+	case provider.Codes[code].Status == http.StatusBadRequest:
+		// invalid_request, or another 400 code the table knows: the provider refused the input.
+		setStatus(tc, lifecycle.ProviderRefused.Status(err))
 		return ctrl.Result{}, nil
 	}
 	cause := "provider error " + code
@@ -107,11 +114,11 @@ func (r *ToolCallReconciler) submitFailed(ctx context.Context, tc *tg.ToolCall, 
 	}
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 		// Any request that did reach the provider has passed its own deadline by now.
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: the approvals provider could not be reached before the waiting limit ("+cause+"). The call did not run.")
+		setStatus(tc, lifecycle.ProviderUnreachable.Status(cause))
 		return ctrl.Result{}, nil
 	}
-	log.Info("submitting the approval request failed; retrying", "code", code)
-	setPhase(tc, tg.PhasePending, tg.ReasonSubmitFailed, fmt.Sprintf("The approval request could not be submitted yet (%s); retrying until the waiting limit.", cause))
+	logf.FromContext(ctx).Info("submitting the approval request failed; retrying", "code", code)
+	setStatus(tc, lifecycle.SubmitRetrying.Status(cause))
 	return ctrl.Result{}, err
 }
 
@@ -132,36 +139,37 @@ func certificateProblem(err error) string {
 
 // awaitDecision applies what the waiter observed, gives up at the poll limit, withdraws the request
 // when the Tool is no longer the version the call was accepted against, or keeps waiting.
-func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result, error) {
+	tc := sc.tc
 	if obs, ok := r.Waiter.Latest(tc.UID); ok {
 		if obs.Err != nil {
-			return r.failClosed(ctx, tc, obs.Err)
+			return r.failClosed(ctx, sc, obs.Err)
 		}
-		return r.applyDecision(ctx, tc, obs.Request)
+		return r.applyDecision(ctx, sc, obs.Request)
 	}
-	w, sub, err := r.submission(tc)
+	acc, err := sc.accepted()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ref, err := r.ref(tc, sub)
+	ref, err := sc.ref()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	now := r.Clock.Now()
-	until := r.Timing.PollUntil(w, timeOf(tc.Status.DeadlineAt))
+	until := r.Timing.PollUntil(acc.Window, timeOf(tc.Status.DeadlineAt))
 	if !now.Before(until) {
-		return r.giveUp(ctx, tc, w, ref)
+		return r.giveUp(ctx, sc, acc.Window, ref)
 	}
 	// The Tool's watch brings a changed Tool's waiting calls here: their approval could never start
 	// the tool. A decision already recorded (an approval whose Job the cluster refused so far) is
 	// left to the run gate, which checks the Tool's version too.
 	if tc.Status.Decision == nil {
-		problem, err := r.acceptedToolProblem(ctx, tc)
+		change, err := r.confirmedToolChange(ctx, tc)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if problem != "" {
-			return r.withdrawForToolChange(ctx, tc, ref, problem)
+		if change != "" {
+			return r.withdrawForToolChange(ctx, sc, ref, change)
 		}
 	}
 	return ctrl.Result{RequeueAfter: r.Waiter.Ensure(tc, ref, until.Sub(now))}, nil
@@ -169,8 +177,8 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, tc *tg.ToolCall)
 
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that
 // raced the cancellation is applied as any other.
-func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Window, ref provider.Ref) (ctrl.Result, error) {
-	settled, res, err := r.cancelRequest(ctx, tc, ref)
+func (r *ToolCallReconciler) giveUp(ctx context.Context, sc *scope, w Window, ref provider.Ref) (ctrl.Result, error) {
+	settled, res, err := r.cancelRequest(ctx, sc, ref)
 	switch {
 	case settled:
 		return res, err
@@ -178,18 +186,15 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 		// No cancel endpoint (or the request is gone): it ends at its provider deadline, which has
 		// passed. Without the provider's answer, a Job started before a restart is the record that the
 		// call ran.
-		if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
-			return ctrl.Result{}, err
-		}
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit. The call did not run.")
-		return ctrl.Result{}, nil
+		_, err := r.endWithoutRunning(ctx, sc, lifecycle.NoDecision.Status())
+		return ctrl.Result{}, err
 	case err != nil:
 		if r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 			return ctrl.Result{}, fmt.Errorf("cancelling the approval request at the waiting limit: %w", err)
 		}
 		// Past our limit the request has passed its deadline at the provider too: nobody reviews it.
 	}
-	setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit, so the request was withdrawn. The call did not run.")
+	setStatus(sc.tc, lifecycle.NoDecisionWithdrawn.Status())
 	return ctrl.Result{}, nil
 }
 
@@ -197,107 +202,59 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, tc *tg.ToolCall, w Wind
 // made meanwhile, or an answer that cannot be trusted, settles the call (applyDecision, failClosed):
 // settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
 // nil when the request is cancelled.
-func (r *ToolCallReconciler) cancelRequest(ctx context.Context, tc *tg.ToolCall, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
-	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-	defer cancel()
-	req, err := r.Provider.Cancel(cctx, ref)
+func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
+	req, err := r.Provider.Cancel(ctx, ref)
 	switch {
 	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
-		res, err := r.applyDecision(ctx, tc, req)
+		res, err := r.applyDecision(ctx, sc, req)
 		return true, res, err
 	case err == nil:
-		recordRequest(tc, req)
+		recordRequest(sc.tc, req)
 	case provider.IsUntrusted(err):
-		res, err := r.failClosed(ctx, tc, err)
+		res, err := r.failClosed(ctx, sc, err)
 		return true, res, err
 	}
 	return false, ctrl.Result{}, err
 }
 
 // applyDecision records the provider's terminal answer and acts on it.
-func (r *ToolCallReconciler) applyDecision(ctx context.Context, tc *tg.ToolCall, req *provider.Request) (ctrl.Result, error) {
+func (r *ToolCallReconciler) applyDecision(ctx context.Context, sc *scope, req *provider.Request) (ctrl.Result, error) {
+	tc := sc.tc
 	recordRequest(tc, req)
 	switch req.Status {
 	case provider.StatusApproved:
 		// The approval covers the arguments the provider echoed; the Job runs the spec's arguments.
 		if err := req.Covers(tc.Spec.Arguments.Raw); err != nil {
-			setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonArgumentsChanged, "Approval could not be obtained for these arguments: spec.arguments differ from the arguments the approval covers. The call did not run.")
+			setStatus(tc, lifecycle.ArgumentsChanged.Status())
 			return ctrl.Result{}, nil
 		}
-		return r.startJob(ctx, tc)
+		return r.startJob(ctx, sc)
 	case provider.StatusDenied:
-		msg := "A human denied the call. The call did not run."
-		if tc.Status.Decision.Note != "" {
-			msg = fmt.Sprintf("A human denied the call: %q. The call did not run.", tc.Status.Decision.Note)
+		st := lifecycle.HumanDenied.Status()
+		if note := tc.Status.Decision.Note; note != "" {
+			st = lifecycle.HumanDeniedWithNote.Status(note)
 		}
-		setPhase(tc, tg.PhaseDenied, tg.ReasonDenied, msg)
+		setStatus(tc, st)
 	case provider.StatusCancelled:
-		setPhase(tc, tg.PhaseCancelled, tg.ReasonProviderCancelled, "The approval request was cancelled at the provider. The call did not run.")
+		setStatus(tc, lifecycle.ProviderCancelled.Status())
 	default: // expired
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonProviderExpired, "Approval could not be obtained: the provider's approval window closed without a decision. The call did not run.")
+		setStatus(tc, lifecycle.ProviderExpired.Status())
 	}
 	return ctrl.Result{}, nil
 }
 
 // failClosed ends a ToolCall whose provider answers cannot be trusted or whose request was lost:
 // nothing runs. A best-effort cancel keeps a human from reviewing it.
-func (r *ToolCallReconciler) failClosed(ctx context.Context, tc *tg.ToolCall, cause error) (ctrl.Result, error) {
-	if _, sub, err := r.submission(tc); err == nil {
-		if ref, err := r.ref(tc, sub); err == nil && ref.ID != "" {
-			cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-			_, _ = r.Provider.Cancel(cctx, ref)
-			cancel()
-		}
+func (r *ToolCallReconciler) failClosed(ctx context.Context, sc *scope, cause error) (ctrl.Result, error) {
+	if ref, err := sc.ref(); err == nil && ref.ID != "" {
+		_, _ = r.Provider.Cancel(ctx, ref)
 	}
 	if provider.CodeOf(cause) == provider.CodeNotFound {
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonRequestLost, "Approval could not be obtained: the approvals provider no longer knows the request. The call did not run.")
+		setStatus(sc.tc, lifecycle.RequestLost.Status())
 	} else {
-		setPhase(tc, tg.PhaseApprovalUnavailable, tg.ReasonUntrustedResponse, "Approval could not be obtained: the provider's answer could not be trusted ("+cause.Error()+"). The call did not run.")
+		setStatus(sc.tc, lifecycle.UntrustedAnswer.Status(cause))
 	}
 	return ctrl.Result{}, nil
-}
-
-// submission is the ToolCall's timing window and its approval request, both fixed when the ToolCall
-// was accepted, so that every submission of it sends the same body.
-func (r *ToolCallReconciler) submission(tc *tg.ToolCall) (Window, provider.Submission, error) {
-	exec, err := annotatedDuration(tc, tg.AnnotationExecutionTimeout)
-	if err != nil {
-		return Window{}, provider.Submission{}, err
-	}
-	timeout, err := annotatedDuration(tc, tg.AnnotationApprovalTimeout)
-	if err != nil {
-		return Window{}, provider.Submission{}, err
-	}
-	w := Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: exec}
-	return w, provider.Submission{
-		IdempotencyKey: string(tc.UID),
-		Tool:           tc.Spec.Tool,
-		Arguments:      tc.Spec.Arguments.Raw,
-		Timeout:        timeout,
-		Requester:      requesterName(tc),
-	}, nil
-}
-
-// requesterName is who asked, as the admission policy recorded it; empty when it did not.
-func requesterName(tc *tg.ToolCall) string {
-	if tc.Spec.Requester == nil {
-		return ""
-	}
-	return tc.Spec.Requester.Username
-}
-
-func annotatedDuration(tc *tg.ToolCall, key string) (time.Duration, error) {
-	d, err := time.ParseDuration(tc.Annotations[key])
-	if err != nil {
-		return 0, fmt.Errorf("annotation %s, written when the ToolCall was accepted, is missing or invalid: %w", key, err)
-	}
-	return d, nil
-}
-
-func (r *ToolCallReconciler) ref(tc *tg.ToolCall, sub provider.Submission) (provider.Ref, error) {
-	ref, err := sub.Ref()
-	ref.ID = tc.Status.RequestID
-	return ref, err
 }
 
 // recordRequest copies the provider's view of the request into the status.

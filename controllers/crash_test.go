@@ -5,6 +5,10 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
 
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -125,4 +130,53 @@ func dryRun(opts []client.CreateOption) bool {
 	o := &client.CreateOptions{}
 	o.ApplyOptions(opts)
 	return len(o.DryRun) > 0
+}
+
+// A ToolCall deleted just as it is accepted can be removed by the apiserver despite the finalizer the
+// acceptance added (the deletion checked for finalizers before the acceptance's patch landed). The
+// status write that records the submitted request then finds it gone: the request is withdrawn, so no
+// human reviews a call nobody waits for. Here the ToolCall is removed (its finalizer stripped) between
+// the submission and that status write.
+func TestRequestOfAToolCallGoneAtAcceptanceIsWithdrawn(t *testing.T) {
+	h := th.New(t, env, th.WithoutManager())
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	var removed atomic.Bool
+	h.Opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.RequestID != "" && removed.CompareAndSwap(false, true) {
+					gone := &tg.ToolCall{}
+					if err := c.Get(ctx, client.ObjectKeyFromObject(tc), gone); err != nil {
+						return err
+					}
+					gone.Finalizers = nil
+					if err := c.Update(ctx, gone); err != nil {
+						return err
+					}
+					if err := c.Delete(ctx, gone); err != nil {
+						return err
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}), nil
+	}
+	h.Start()
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.WaitGone("refund", 20*time.Second)
+	g.Expect(removed.Load()).To(BeTrue(), "the ToolCall was removed between its submission and the status write")
+	var all []provider.Request
+	g.Eventually(func(g Gomega) {
+		var err error
+		all, err = h.Provider.List("")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(all).To(HaveLen(1))
+		g.Expect(all[0].Status).To(Equal(provider.StatusCancelled))
+	}).Should(Succeed())
+	g.Expect(h.Jobs()).To(BeEmpty())
 }

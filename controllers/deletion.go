@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -18,29 +18,36 @@ import (
 // hangs on an unreachable provider: it gives up after CancelGiveUp, or once the request's own
 // deadline (within our limit) has passed; nor on a provider without a cancel endpoint, which it
 // leaves at once.
-func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Result, error) {
+	tc := sc.tc
 	r.Waiter.Stop(tc.UID)
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	switch tc.Status.Phase {
 	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
-		err := r.cancelPending(ctx, tc)
+		ended, err := r.cancelPending(ctx, sc)
 		switch {
 		case provider.CannotCancel(err):
 			// Nothing a retry could cancel: no cancel endpoint, or the provider no longer knows the request.
-			r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Delete",
-				"The approvals provider cannot cancel the approval request (%s); it ends at its provider deadline.", provider.CodeOf(err))
+			r.emit(tc, nil, lifecycle.CannotCancelOnDelete, provider.CodeOf(err))
 		case err != nil:
-			w, _, _ := r.submission(tc)
 			now := r.Clock.Now()
-			if now.Before(tc.DeletionTimestamp.Add(r.CancelGiveUp)) && now.Before(r.Timing.ApprovalLimit(w)) {
+			// Past the approval limit the request has passed its deadline at the provider: nobody
+			// reviews it. Without a readable acceptance record the limit is unknown, and CancelGiveUp
+			// alone bounds the retries.
+			beforeLimit := true
+			if acc, aerr := sc.accepted(); aerr == nil {
+				beforeLimit = now.Before(r.Timing.ApprovalLimit(acc.Window))
+			}
+			if now.Before(tc.DeletionTimestamp.Add(r.CancelGiveUp)) && beforeLimit {
 				return ctrl.Result{}, fmt.Errorf("cancelling the approval request of a deleted ToolCall: %w", err)
 			}
-			r.Recorder.Eventf(tc, nil, corev1.EventTypeWarning, tg.ReasonCancelFailed, "Delete",
-				"Gave up cancelling the approval request (%s); it ends at its provider deadline.", provider.CodeOf(err))
+			r.emit(tc, nil, lifecycle.GaveUpCancelOnDelete, provider.CodeOf(err))
+		case ended != "" && ended != provider.StatusCancelled:
+			r.emit(tc, nil, lifecycle.DecidedBeforeCancelOnDelete, ended)
 		default:
-			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, tg.ReasonCancelRequested, "Delete", "The ToolCall was deleted; its approval request was cancelled.")
+			r.emit(tc, nil, lifecycle.CancelledOnDelete)
 		}
 	}
 	return ctrl.Result{}, r.removeFinalizer(ctx, tc)
@@ -48,29 +55,31 @@ func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, tc *tg.ToolCal
 
 // cancelPending cancels the ToolCall's request, recovering its id with the idempotent submission
 // when it was never recorded.
-func (r *ToolCallReconciler) cancelPending(ctx context.Context, tc *tg.ToolCall) error {
-	_, sub, err := r.submission(tc)
+// It returns the status the request ended with: cancelled, or the decision it held already.
+func (r *ToolCallReconciler) cancelPending(ctx context.Context, sc *scope) (string, error) {
+	acc, err := sc.accepted()
 	if err != nil {
-		return err
+		return "", err
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
-	defer cancel()
-	ref, err := r.ref(tc, sub)
+	ref, err := sc.ref()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if ref.ID == "" {
-		req, err := r.Provider.Submit(cctx, sub)
+		req, err := r.Provider.Submit(ctx, acc.Submission)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if provider.IsTerminal(req.Status) {
-			return nil
+			return req.Status, nil
 		}
 		ref.ID = req.ID
 	}
-	_, err = r.Provider.Cancel(cctx, ref)
-	return err
+	req, err := r.Provider.Cancel(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	return req.Status, nil
 }
 
 func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCall) error {

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"strconv"
 	"strings"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,31 +20,30 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 )
 
 // startJob starts the approved call: the Job's existence is the record that the tool ran, so an
 // existing Job is never re-created and its call is never reported as not run, and a new one is created
 // only if the approval is still valid at that instant. The create itself finds an existing Job
 // (AlreadyExists); the Job is looked up only before saying that the call did not run.
-func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+func (r *ToolCallReconciler) startJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
+	tc := sc.tc
 	name := JobName(tc)
-	job, stop, err := r.approvedJob(ctx, tc)
+	job, stop, err := r.approvedJob(ctx, sc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if stop != nil {
-		if started, err := r.markRunningIfStarted(ctx, tc); err != nil || started {
-			return ctrl.Result{}, err
-		}
-		setPhase(tc, stop.phase, stop.reason, stop.message)
-		return ctrl.Result{}, nil
+		_, err := r.endWithoutRunning(ctx, sc, stop)
+		return ctrl.Result{}, err
 	}
 	switch err := r.Create(ctx, job); {
 	case err == nil, apierrors.IsAlreadyExists(err):
-		return r.markRunning(tc, name)
+		markRunning(tc, name)
+		return ctrl.Result{}, nil
 	case apierrors.IsInvalid(err):
-		setPhase(tc, tg.PhaseFailed, tg.ReasonJobRefused, fmt.Sprintf("The call was approved but the Job was refused by the cluster (%v). The call did not run.", apierrors.ReasonForError(err)))
+		setStatus(tc, lifecycle.JobRefused.Status(apierrors.ReasonForError(err)))
 		return ctrl.Result{}, nil
 	default:
 		// Not created (or unknown): the next attempt checks again, and creating finds a Job that exists.
@@ -53,22 +51,17 @@ func (r *ToolCallReconciler) startJob(ctx context.Context, tc *tg.ToolCall) (ctr
 	}
 }
 
-// notStarted is the outcome of an approved call that must not start, unless its Job already exists.
-type notStarted struct {
-	phase           tg.ToolCallPhase
-	reason, message string
-}
-
-// approvedJob builds the Job for an approved call, or says why the call cannot start now: the Tool is
-// gone, invalid or no longer the version the call was accepted against, the approval is no longer
-// valid at this instant, or no time is left to run it.
-func (r *ToolCallReconciler) approvedJob(ctx context.Context, tc *tg.ToolCall) (*batchv1.Job, *notStarted, error) {
+// approvedJob builds the Job for an approved call, or returns the status of a call that cannot start
+// now: the Tool is gone, invalid or no longer the version the call was accepted against, the approval
+// is no longer valid at this instant, or no time is left to run it (lifecycle.RunGate).
+func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batchv1.Job, *lifecycle.Status, error) {
+	tc := sc.tc
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil {
 		return nil, nil, err
 	}
 	if rej != nil {
-		return nil, &notStarted{tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: " + rej.message + " The call did not run."}, nil
+		return nil, lifecycle.ApprovedToolMissing.Status(rej.Message), nil
 	}
 	// The Job is built from the Tool as the apiserver has it now, not as the cache last saw it: an
 	// edit the cache has not delivered yet must stop the call, not run the version before it.
@@ -77,44 +70,21 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, tc *tg.ToolCall) (
 		if !apierrors.IsNotFound(err) {
 			return nil, nil, fmt.Errorf("reading Tool %s before creating the Job: %w", tool.Name, err)
 		}
-		return nil, &notStarted{tg.PhaseFailed, tg.ReasonInvalidTool, fmt.Sprintf("The call was approved but could not start: Tool %s was deleted. The call did not run.", tool.Name)}, nil
+		return nil, lifecycle.ApprovedToolDeleted.Status(tool.Name), nil
 	}
 	tool = live
-	w, _, err := r.submission(tc)
+	acc, err := sc.accepted()
 	if err != nil {
 		return nil, nil, err
 	}
+	w := acc.Window
 	// The Tool's limit holds whatever the ToolCall's metadata says.
-	w.ExecutionTimeout = min(w.ExecutionTimeout, executionTimeout(tool))
+	w.ExecutionTimeout = min(w.ExecutionTimeout, lifecycle.ExecutionTimeout(tool))
 	now := r.Clock.Now()
-	if stop := runGate(tc, tool, w, r.Timing, now); stop != nil {
+	if stop := lifecycle.RunGate(tc, tool, w, r.Timing, now); stop != nil {
 		return nil, stop, nil
 	}
 	return buildJob(tc, tool, r.Timing.ActiveDeadline(w, now)), nil, nil
-}
-
-// runGate is the run/don't-run decision immediately before the Job is created, nil when the call may
-// start now: the Tool is the version the call was accepted against, the recorded decision (a human's
-// or a rule's) is an approval still valid at now by its expiry less the skew margin, the approval
-// limit has not passed, and at least one second is left to run the tool.
-func runGate(tc *tg.ToolCall, tool *tg.Tool, w Window, t Timing, now time.Time) *notStarted {
-	// The approval covers the version of the Tool the call was accepted against, and no other.
-	if problem := toolVersionProblem(tc, tool); problem != "" {
-		return toolChanged(problem)
-	}
-	d := tc.Status.Decision
-	if d == nil || d.Status != provider.StatusApproved {
-		// Never reached: the Job is only ever started for an approval. Fail closed all the same.
-		return &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonUntrustedResponse, "Approval could not be obtained: the recorded decision is not an approval. The call did not run."}
-	}
-	expires := timeOf(d.ExpiresAt)
-	if !t.ApprovalUsable(now, expires) {
-		return &notStarted{tg.PhaseExpired, tg.ReasonApprovalExpired, fmt.Sprintf("The approval expired at %s, before the call could start. The call did not run.", expires.UTC().Format(time.RFC3339))}
-	}
-	if !now.Before(t.ApprovalLimit(w)) || t.ActiveDeadline(w, now) < 1 {
-		return &notStarted{tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool. The call did not run."}
-	}
-	return nil
 }
 
 // jobExists says whether the ToolCall's Job was created: from the cache if it holds the Job, else
@@ -135,25 +105,34 @@ func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name stri
 	}
 }
 
-// markRunningIfStarted looks for the call's Job before the call is reported as not run: an existing
-// Job is the record that the tool ran, so the call is marked Running and true is returned.
-func (r *ToolCallReconciler) markRunningIfStarted(ctx context.Context, tc *tg.ToolCall) (bool, error) {
-	started, err := r.jobExists(ctx, tc.Namespace, JobName(tc))
-	if err != nil || !started {
+// endWithoutRunning records st, the status of a call that did not run, unless the call's Job exists:
+// the Job is the record that the tool ran (started by a reconcile whose status write was lost), so
+// the call is marked Running instead. It reports whether st was recorded. The steps that end a call
+// an earlier reconcile may have started go through it: the run gate, a rejected acceptance record,
+// the give-up at the waiting limit and the withdrawal for a changed Tool.
+func (r *ToolCallReconciler) endWithoutRunning(ctx context.Context, sc *scope, st *lifecycle.Status) (ended bool, err error) {
+	name := JobName(sc.tc)
+	started, err := r.jobExists(ctx, sc.tc.Namespace, name)
+	switch {
+	case err != nil:
 		return false, err
+	case started:
+		markRunning(sc.tc, name)
+		return false, nil
 	}
-	r.markRunning(tc, JobName(tc))
+	setStatus(sc.tc, st)
 	return true, nil
 }
 
-func (r *ToolCallReconciler) markRunning(tc *tg.ToolCall, jobName string) (ctrl.Result, error) {
+// markRunning records that the call's Job exists.
+func markRunning(tc *tg.ToolCall, jobName string) {
 	tc.Status.JobName = jobName
-	setPhase(tc, tg.PhaseRunning, tg.ReasonJobCreated, fmt.Sprintf("Approved; the tool is running as Job %s.", jobName))
-	return ctrl.Result{}, nil
+	setStatus(tc, lifecycle.JobRunning.Status(jobName))
 }
 
 // observeJob records the Job's outcome and its termination message.
-func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
+func (r *ToolCallReconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
+	tc := sc.tc
 	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Status.JobName}
 	job := &batchv1.Job{}
 	if err := r.Get(ctx, key, job); err != nil {
@@ -162,17 +141,17 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 		}
 		if err := r.APIReader.Get(ctx, key, job); err != nil {
 			if apierrors.IsNotFound(err) {
-				setPhase(tc, tg.PhaseFailed, tg.ReasonJobMissing, fmt.Sprintf("Job %s was deleted before it finished; its outcome is unknown.", key.Name))
+				setStatus(tc, lifecycle.JobDeleted.Status(key.Name))
 				return ctrl.Result{}, nil
 			}
 			return ctrl.Result{}, fmt.Errorf("reading Job %s: %w", key.Name, err)
 		}
 	}
-	finished, succeeded := jobFinished(job)
-	if !finished {
+	end := jobEndOf(job)
+	if !end.finished {
 		return ctrl.Result{}, r.observePods(ctx, tc, job)
 	}
-	if !succeeded && tc.Status.Reason == tg.ReasonImageUnavailable {
+	if !end.succeeded && tc.Status.Reason == tg.ReasonImageUnavailable {
 		imageUnavailableFailed(tc, job)
 		return ctrl.Result{}, nil
 	}
@@ -181,10 +160,13 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, tc *tg.ToolCall) (c
 		return ctrl.Result{}, fmt.Errorf("listing the Pods of Job %s: %w", key.Name, err)
 	}
 	tc.Status.Result = terminationMessage(pods.Items)
-	if succeeded {
-		setPhase(tc, tg.PhaseSucceeded, tg.ReasonJobSucceeded, "The tool ran and succeeded; status.result holds its output.")
-	} else {
-		setPhase(tc, tg.PhaseFailed, tg.ReasonJobFailed, jobFailedMessage(job))
+	switch {
+	case end.succeeded:
+		setStatus(tc, lifecycle.JobSucceeded.Status())
+	case end.failure != "":
+		setStatus(tc, lifecycle.JobFailed.Status(end.failure))
+	default:
+		setStatus(tc, lifecycle.JobFailedUnexplained.Status())
 	}
 	return ctrl.Result{}, nil
 }
@@ -202,7 +184,7 @@ func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, j
 	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(pods.Items):
 		// The image arrived and the tool started. Until a container is seen started the wait is
 		// still the last word: the Job's deadline kills a waiting container without starting it.
-		r.markRunning(tc, job.Name)
+		markRunning(tc, job.Name)
 	}
 	return nil
 }
@@ -278,31 +260,34 @@ func truncateLabel(v string) string {
 	return v
 }
 
-// jobFinished reports whether the Job completed or failed, and which.
-func jobFinished(job *batchv1.Job) (finished, succeeded bool) {
+// jobEnd is what a Job's conditions say about its end.
+type jobEnd struct {
+	finished, succeeded bool
+	// failure is the Job controller's "reason: message" of a failed Job, "" when it gave no reason.
+	failure string
+}
+
+// jobEndOf reads the Job's conditions, the one place they are read: complete, or failed and why (in
+// the Job controller's words: BackoffLimitExceeded, DeadlineExceeded).
+func jobEndOf(job *batchv1.Job) jobEnd {
+	var end jobEnd
 	for _, c := range job.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
 		}
 		switch c.Type {
 		case batchv1.JobComplete:
-			return true, true
+			if !end.finished {
+				end.finished, end.succeeded = true, true
+			}
 		case batchv1.JobFailed:
-			return true, false
+			end.finished = true
+			if end.failure == "" && c.Reason != "" {
+				end.failure = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+			}
 		}
 	}
-	return false, false
-}
-
-// jobFailedMessage says why the Job failed, in the Job controller's words (BackoffLimitExceeded,
-// DeadlineExceeded).
-func jobFailedMessage(job *batchv1.Job) string {
-	for _, c := range job.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue && c.Reason != "" {
-			return fmt.Sprintf("The tool's Job failed (%s: %s); status.result holds the tool's last message, if it wrote one.", c.Reason, c.Message)
-		}
-	}
-	return "The tool's Job failed; status.result holds the tool's last message, if it wrote one."
+	return end
 }
 
 // terminationMessage returns the first non-empty termination message of the Job's Pods, newest Pod

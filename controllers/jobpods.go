@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 )
 
 // The kubelet's waiting reasons for a container whose image the node does not have and cannot get
@@ -106,30 +106,22 @@ func containerStarted(pods []corev1.Pod) bool {
 	return false
 }
 
-// imageWaitSuffix ends the Running message of a call whose container waits for its image; the part
-// before it names the container, the image and the kubelet's reason, and is kept in the outcome.
-const imageWaitSuffix = " The call was approved; the tool has not run, and the Job's deadline ends the call unless the image becomes available."
-
 // imageUnavailable records that the tool's container has not started for want of its image: the call
 // stays Running (its Job exists) with reason ImageUnavailable until the image arrives or the Job's
 // deadline ends it.
 func imageUnavailable(tc *tg.ToolCall, w *imageWait) {
-	setPhase(tc, tg.PhaseRunning, tg.ReasonImageUnavailable, fmt.Sprintf(
-		"Job %s's container %s has not started: %s (%s).", tc.Status.JobName, w.container, w.what(), w.reason)+imageWaitSuffix)
+	setStatus(tc, lifecycle.ImageWaiting.Status(tc.Status.JobName, w.container, w.what(), w.reason))
 }
 
 // imageUnavailableFailed is the outcome of a Job that failed while its container waited for its
-// image, as the kubelet last reported it: the saved Running message says which.
+// image, as the kubelet last reported it: the body of the saved Running message says which container
+// and image.
 func imageUnavailableFailed(tc *tg.ToolCall, job *batchv1.Job) {
-	why := "the Job failed"
-	for _, c := range job.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue && c.Reason != "" {
-			why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
-		}
+	why := jobEndOf(job).failure
+	if why == "" {
+		why = "the Job failed"
 	}
-	setPhase(tc, tg.PhaseFailed, tg.ReasonImageUnavailable, fmt.Sprintf(
-		"The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s",
-		why, strings.TrimSuffix(tc.Status.Message, imageWaitSuffix)))
+	setStatus(tc, lifecycle.ImageNeverArrived.Status(why, lifecycle.ImageWaiting.Body(tc.Status.Message)))
 }
 
 // slimPod keeps of a cached Pod what observePods reads (its identity, owner and labels, its

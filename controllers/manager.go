@@ -54,6 +54,43 @@ type Options struct {
 	PprofBindAddress string
 }
 
+// DefaultOptions are the manager's defaults, the one place they are set: the manager's flags start
+// from them, and NewManager fills every option left zero from them.
+func DefaultOptions() Options {
+	return Options{
+		PollWait:                provider.DefaultLongPollWait,
+		Clock:                   clock.RealClock{},
+		Timing:                  DefaultTiming(),
+		CallTimeout:             15 * time.Second,
+		CancelGiveUp:            2 * time.Minute,
+		MaxConcurrentReconciles: 32,
+	}
+}
+
+// withDefaults fills the options left zero from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.PollWait <= 0 {
+		o.PollWait = d.PollWait
+	}
+	if o.Clock == nil {
+		o.Clock = d.Clock
+	}
+	if o.Timing == (Timing{}) {
+		o.Timing = d.Timing
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = d.CallTimeout
+	}
+	if o.CancelGiveUp <= 0 {
+		o.CancelGiveUp = d.CancelGiveUp
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = d.MaxConcurrentReconciles
+	}
+	return o
+}
+
 // Scheme is the scheme Toolgate's manager uses.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -77,6 +114,7 @@ func metricsOptions(o Options) metricsserver.Options {
 
 // NewManager builds the manager with the ToolCall controller and its waiter.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	o = o.withDefaults()
 	// Only Jobs that Toolgate created, and their Pods, are cached.
 	ours, err := labels.NewRequirement(tg.LabelToolCallUID, selection.Exists, nil)
 	if err != nil {
@@ -109,9 +147,6 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	if o.PollWait <= 0 {
-		o.PollWait = provider.DefaultLongPollWait
-	}
 	waiter := o.Waiter
 	if waiter == nil {
 		waiter = NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter"))
@@ -124,17 +159,15 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
-		Provider:                o.Provider,
+		Provider:                boundedCalls{client: o.Provider, timeout: o.CallTimeout},
 		Waiter:                  waiter,
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
-		CallTimeout:             o.CallTimeout,
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		SkipNameValidation:      o.SkipNameValidation,
 	}
 	r.rules = rules
-	r.Defaults()
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}

@@ -2,13 +2,12 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -26,10 +25,10 @@ type admitted struct {
 // applyRules compiles (once per Tool generation) and runs the Tool's approval rules on the call. A
 // Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
 // Approve or Require.
-func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitted, *rejection) {
+func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitted, *lifecycle.Status) {
 	rules, err := r.rules.rules(tool)
 	if err != nil {
-		return nil, invalidRules(tool, err)
+		return nil, lifecycle.RulesInvalid.Status(tool.Name, err)
 	}
 	verdict := r.evaluateRules(tc, tool, rules)
 	if verdict.Action == tg.ActionDeny {
@@ -38,29 +37,21 @@ func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitt
 	return &admitted{tool: tool, verdict: verdict}, nil
 }
 
-// invalidRules is the rejection of a call to a Tool whose rules do not compile.
-func invalidRules(tool *tg.Tool, err error) *rejection {
-	return &rejection{tg.ReasonInvalidApprovalRules, fmt.Sprintf(
-		"Tool %s: its spec.approval does not compile (%v); an admin must fix the Tool. No human was asked and the call did not run.", tool.Name, err)}
-}
-
 // evaluateRules runs the Tool's rules on the call. A rule that cannot be evaluated puts the call to a
 // human and says so in a Warning event.
 func (r *ToolCallReconciler) evaluateRules(tc *tg.ToolCall, tool *tg.Tool, rules *policy.Rules) policy.Result {
 	res := rules.Evaluate(policy.Input{Arguments: tc.Spec.Arguments.Raw, Requester: requesterOf(tc)})
 	if res.Err != nil {
-		r.Recorder.Eventf(tc, tool, corev1.EventTypeWarning, tg.ReasonPolicyError, "EvaluateRules",
-			"Tool %s's approval rules could not decide (%v); a human is asked instead.", tool.Name, res.Err)
+		r.emit(tc, tool, lifecycle.RulesUndecided, tool.Name, res.Err)
 	}
 	return res
 }
 
 // policyDenial is the outcome of a call a Deny rule matched: Rejected, the rule recorded as the
 // decision's source.
-func policyDenial(tc *tg.ToolCall, tool *tg.Tool, rule string) *rejection {
+func policyDenial(tc *tg.ToolCall, tool *tg.Tool, rule string) *lifecycle.Status {
 	tc.Status.Decision = &tg.Decision{Status: provider.StatusDenied, Source: tg.DecisionSourcePolicy, Rule: rule}
-	return &rejection{tg.ReasonPolicyDenied, fmt.Sprintf(
-		"Rule %s of Tool %s denied the call (spec.approval); no human was asked. The call did not run.", rule, tool.Name)}
+	return lifecycle.PolicyDenied.Status(rule, tool.Name)
 }
 
 // recordPolicyApproval records an Approve rule's decision. A policy approval is valid as long as a
@@ -88,16 +79,15 @@ func recordPolicyApproval(tc *tg.ToolCall, rule string, w Window, approvalTimeou
 
 // approveByPolicy records an Approve rule's decision and starts the Job, with every check a human's
 // approval gets immediately before it.
-func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, tc *tg.ToolCall, adm *admitted) (ctrl.Result, error) {
-	w, sub, err := r.submission(tc)
+func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, sc *scope, adm *admitted) (ctrl.Result, error) {
+	acc, err := sc.accepted()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	rule := adm.verdict.Rule
-	recordPolicyApproval(tc, rule, w, sub.Timeout, r.Timing, r.Clock.Now())
-	setPhase(tc, tg.PhasePending, tg.ReasonPolicyApproved, fmt.Sprintf(
-		"Rule %s of Tool %s approved the call (spec.approval); no human was asked. Starting the Job.", rule, adm.tool.Name))
-	return r.startJob(ctx, tc)
+	recordPolicyApproval(sc.tc, rule, acc.Window, acc.Submission.Timeout, r.Timing, r.Clock.Now())
+	setStatus(sc.tc, lifecycle.PolicyApproved.Status(rule, adm.tool.Name))
+	return r.startJob(ctx, sc)
 }
 
 // decidedByPolicy reports whether the ToolCall's decision came from an approval rule.
@@ -126,8 +116,7 @@ func (r *ToolCallReconciler) recordPolicyDecision(tc *tg.ToolCall) {
 	d := tc.Status.Decision
 	if d.Status == provider.StatusApproved {
 		policyDecisions.WithLabelValues(string(tg.ActionApprove)).Inc()
-		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, tg.ReasonPolicyApproved, "EvaluateRules",
-			"Rule %s of the Tool's spec.approval approved the call; no human was asked.", d.Rule)
+		r.emit(tc, nil, lifecycle.RuleApproved, d.Rule)
 		return
 	}
 	policyDecisions.WithLabelValues(string(tg.ActionDeny)).Inc()

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -48,6 +50,7 @@ func TestApproveRuleRunsTheCallWithoutAHuman(t *testing.T) {
 	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	g.Expect(running.Status.JobName).To(Equal(controllers.JobName(tc)))
 	d := running.Status.Decision
 	g.Expect(d).NotTo(BeNil())
@@ -77,6 +80,7 @@ func TestApproveRuleRunsTheCallWithoutAHuman(t *testing.T) {
 
 	h.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 	done := h.WaitPhase("refund", tg.PhaseSucceeded)
+	g.Expect(done.Status.Reason).To(Equal(tg.ReasonJobSucceeded))
 	g.Expect(done.Status.Decision.Rule).To(Equal("small-gbp-refunds"))
 	g.Expect(policyDecisions("Approve")).To(Equal(approvals+1), "counted once")
 }
@@ -127,8 +131,8 @@ func TestRequireNoMatchAndErrorsAskAHuman(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(running.Status.Conditions, tg.ConditionApproved).Reason).To(Equal(tg.ReasonApproved), name)
 	}
 	g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(3))
-	g.Eventually(func() []string { return h.EventReasons("error") }).Should(ContainElement(tg.ReasonPolicyError))
-	g.Expect(h.EventReasons("require")).NotTo(ContainElement(tg.ReasonPolicyError))
+	g.Eventually(func() []string { return h.EventReasons("error") }).Should(ContainElement(tg.ReasonPolicyEvaluationFailed))
+	g.Expect(h.EventReasons("require")).NotTo(ContainElement(tg.ReasonPolicyEvaluationFailed))
 }
 
 // A Tool whose rules do not compile says so in its status, with the compiler's message, and its calls
@@ -224,46 +228,64 @@ func deleteTool(h *th.Harness, tool *tg.Tool) {
 // An approval covers the version of the Tool the call was accepted against. A Tool that changes while
 // its call awaits a decision (edited, deleted, or deleted and created again) withdraws the request at
 // once, so no human reviews a call whose approval could never run: Cancelled with ToolChanged, never
-// Denied, and no Job. A provider without a cancel endpoint (the seed profile) keeps the request until
-// its deadline; the call ends all the same, and approving the request then runs nothing.
+// Denied, and no Job. A provider without cancellation (501 on DELETE) keeps the request until its
+// deadline; the call ends all the same, and approving the request then runs nothing.
 func TestToolChangedWhileAwaitingApprovalWithdrawsTheRequest(t *testing.T) {
 	for _, c := range toolChanges {
-		t.Run(c.name, func(t *testing.T) {
-			h := th.New(t, env)
-			g := h.G
-			tool := h.Tool("issue-refund", "issue_refund", "")
-			h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-			req := h.PendingRequest("refund")
-			c.change(h, tool)
-
-			cancelled := h.WaitPhase("refund", tg.PhaseCancelled)
-			g.Expect(cancelled.Status.Reason).To(Equal(tg.ReasonToolChanged))
-			g.Expect(cancelled.Status.Message).To(ContainSubstring(c.message))
-			g.Expect(cancelled.Status.Message).To(HaveSuffix("The call did not run."))
-			g.Expect(cancelled.Status.Message).NotTo(ContainSubstring("denied"))
-			g.Expect(cancelled.Status.JobName).To(BeEmpty())
-			g.Expect(meta.FindStatusCondition(cancelled.Status.Conditions, tg.ConditionExecuted).Status).To(Equal(metav1.ConditionFalse))
-			got, err := h.Provider.Get(req.ID)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(got.Status).To(Equal(h.WithdrawnStatus()), "the request is withdrawn when the provider can cancel it")
-			g.Expect(h.EventReasons("refund")).To(ContainElement(tg.ReasonToolChanged))
-			if h.Seed() {
-				g.Expect(cancelled.Status.Message).To(ContainSubstring("the provider cannot withdraw the request"))
-				g.Expect(h.EventReasons("refund")).To(ContainElement(tg.ReasonCancelFailed))
-				h.Approve(req.ID, 5*time.Minute)
+		for _, canCancel := range []bool{true, false} {
+			name := c.name
+			if !canCancel {
+				name += ", provider without cancellation"
 			}
-			g.Consistently(func(g Gomega) {
-				g.Expect(h.Jobs()).To(BeEmpty())
-				g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseCancelled))
-			}, time.Second).Should(Succeed())
-		})
+			t.Run(name, func(t *testing.T) { toolChangedWhileAwaitingApproval(t, c.change, c.message, canCancel) })
+		}
 	}
+}
+
+func toolChangedWhileAwaitingApproval(t *testing.T, change func(*th.Harness, *tg.Tool), message string, canCancel bool) {
+	h := th.New(t, env)
+	g := h.G
+	tool := h.Tool("issue-refund", "issue_refund", "")
+	if !canCancel {
+		g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: http.StatusNotImplemented, Probability: 1})).To(Succeed())
+	}
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	change(h, tool)
+
+	cancelled := h.WaitPhase("refund", tg.PhaseCancelled)
+	g.Expect(cancelled.Status.Reason).To(Equal(tg.ReasonToolChanged))
+	g.Expect(cancelled.Status.Message).To(ContainSubstring(message))
+	g.Expect(cancelled.Status.Message).To(HaveSuffix("The call did not run."))
+	g.Expect(cancelled.Status.Message).NotTo(ContainSubstring("denied"))
+	g.Expect(cancelled.Status.JobName).To(BeEmpty())
+	g.Expect(meta.FindStatusCondition(cancelled.Status.Conditions, tg.ConditionExecuted).Status).To(Equal(metav1.ConditionFalse))
+	got, err := h.Provider.Get(req.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	if canCancel {
+		g.Expect(got.Status).To(Equal(provider.StatusCancelled), "the request is withdrawn when the provider can cancel it")
+	} else {
+		g.Expect(got.Status).To(Equal(provider.StatusPending), "a provider without cancellation keeps it until its deadline")
+	}
+	// Events are written asynchronously (the recorder's broadcaster): they arrive after the status.
+	g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonToolChanged))
+	if !canCancel {
+		g.Expect(cancelled.Status.Message).To(ContainSubstring("the provider cannot withdraw the request"))
+		g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
+		h.Approve(req.ID, 5*time.Minute)
+	}
+	g.Consistently(func(g Gomega) {
+		g.Expect(h.Jobs()).To(BeEmpty())
+		got := h.Get("refund")
+		g.Expect(got.Status.Phase).To(Equal(tg.PhaseCancelled))
+		g.Expect(got.Status.Reason).To(Equal(tg.ReasonToolChanged))
+	}, time.Second).Should(Succeed())
 }
 
 // A decision a human made before the Tool changed is reported as that decision, also when the manager
 // learns of it only when it goes to withdraw the request (it was down meanwhile): a denial stays
-// Denied, an approval ends Failed (ToolChanged) at the run gate. Against a provider without a cancel
-// endpoint (the seed profile) the manager asks for the request's state instead.
+// Denied, an approval ends Failed (ToolChanged) at the run gate: the withdrawal's DELETE answers 409
+// already_terminal, and the manager reads the decision the request holds.
 func TestToolChangedAfterADecisionKeepsTheDecision(t *testing.T) {
 	for _, status := range []string{provider.StatusDenied, provider.StatusApproved} {
 		t.Run(status, func(t *testing.T) {

@@ -67,10 +67,7 @@ func startEchoProxy(t *testing.T, target, cred string) *echoProxy {
 		auth := r.Header.Get("Authorization")
 		if answer := p.take(operation(r), auth); answer != nil {
 			status, body := answer(auth)
-			w.Header().Set("Content-Type", provider.ContentTypeProblemJSON)
-			if status < 300 {
-				w.Header().Set("Content-Type", provider.ContentTypeJSON)
-			}
+			w.Header().Set("Content-Type", provider.ContentTypeJSON)
 			w.WriteHeader(status)
 			_, _ = w.Write([]byte(body))
 			return
@@ -121,8 +118,10 @@ func (p *echoProxy) count(op reference.Operation) int {
 	return p.echoed[op]
 }
 
-func problemJSON(status int, code, detail string) (int, string) {
-	b, _ := json.Marshal(provider.Problem{Title: http.StatusText(status), Status: status, Code: code, Detail: detail})
+// errorResponse is an AAP ErrorResponse body.
+func errorResponse(status int, code, message string) (int, string) {
+	b, _ := json.Marshal(provider.ErrorResponse{Error: provider.ErrorBody{
+		Type: provider.TypeForStatus(status), Code: code, Message: message, RequestID: "1184dfc5-0e86-4f88-9b68-882b1dc60467"}})
 	return status, string(b)
 }
 
@@ -151,10 +150,10 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	// Once the Secret is fixed, the provider (or a gateway in front of it) quotes the credential in
 	// refusals of the submission and in failed polls.
 	proxy.answer(reference.OpSubmit, 2, func(auth string) (int, string) {
-		return problemJSON(http.StatusForbidden, "token_refused:"+auth, "the gateway refused "+auth+" for this tenant")
+		return errorResponse(http.StatusForbidden, "token_refused:"+auth, "the gateway refused "+auth+" for this tenant")
 	})
 	proxy.answer(reference.OpGet, 2, func(auth string) (int, string) {
-		return problemJSON(http.StatusBadGateway, "upstream:"+auth, "upstream refused Authorization: "+auth)
+		return errorResponse(http.StatusBadGateway, "upstream:"+auth, "upstream refused Authorization: "+auth)
 	})
 	g.Expect(os.WriteFile(h.CredFile, []byte(cred+"\n"), 0o600)).To(Succeed())
 	req := h.PendingRequest("refund")
@@ -172,12 +171,12 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	})
 	h.ToolCall("untrusted", "issue_refund", th.RefundArgs, 3*time.Minute, nil)
 	untrusted := h.WaitPhase("untrusted", tg.PhaseApprovalUnavailable)
-	g.Expect(untrusted.Status.Reason).To(Equal(tg.ReasonUntrustedResponse))
+	g.Expect(untrusted.Status.Reason).To(Equal(tg.ReasonUntrustedProviderResponse))
 	g.Expect(untrusted.Status.Message).To(ContainSubstring("[redacted]"), "the answer did quote the credential")
 
 	// A refusal that quotes it in its detail ends up in the status message.
 	proxy.answer(reference.OpSubmit, 1, func(auth string) (int, string) {
-		return problemJSON(http.StatusBadRequest, provider.CodeInvalidRequest, "credential "+cred+" may not submit this tool")
+		return errorResponse(http.StatusBadRequest, provider.CodeInvalidRequest, "credential "+cred+" may not submit this tool")
 	})
 	h.ToolCall("refused", "issue_refund", th.RefundArgs, 3*time.Minute, nil)
 	refused := h.WaitPhase("refused", tg.PhaseRejected)
@@ -192,7 +191,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 		for _, e := range list.Items {
 			reasons = append(reasons, e.Reason)
 		}
-		g.Expect(reasons).To(ContainElements(tg.ReasonSubmitFailed, tg.ReasonJobSucceeded, tg.ReasonUntrustedResponse, tg.ReasonProviderRefused))
+		g.Expect(reasons).To(ContainElements(tg.ReasonSubmitFailed, tg.ReasonJobSucceeded, tg.ReasonUntrustedProviderResponse, tg.ReasonProviderRefused))
 		core := &corev1.EventList{}
 		g.Expect(h.K8s.List(ctx, core, client.InNamespace(h.NS))).To(Succeed())
 		a, err := json.Marshal(list)
@@ -212,8 +211,9 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	metrics, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="http_status",op="wait"}`),
-		"a problem code the API does not define is counted by its status, never as a label of its own")
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="wait"}`),
+		"an error code AAP's table does not give that status (a 502's) is counted by its status, never as a label of its own")
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="forbidden",op="submit"}`))
 
 	log := p.Log()
 	g.Expect(log).To(ContainSubstring(`"level":"debug"`), "the manager logged at debug level")

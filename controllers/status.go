@@ -5,7 +5,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 )
+
+// setStatus records what a step decided: a row of the outcome table with its message. It is how every
+// step writes the phase.
+func setStatus(tc *tg.ToolCall, st *lifecycle.Status) {
+	setPhase(tc, st.Phase(), st.Reason(), st.Message)
+}
 
 // setCondition sets one condition with the ToolCall's generation.
 func setCondition(tc *tg.ToolCall, condType string, status metav1.ConditionStatus, reason, message string) {
@@ -14,7 +21,8 @@ func setCondition(tc *tg.ToolCall, condType string, status metav1.ConditionStatu
 	})
 }
 
-// setPhase records a phase with its reason and message and derives the conditions from it.
+// setPhase records a phase with its reason and message and derives the conditions from it. Steps call
+// setStatus, so that what they record is in the outcome table.
 func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 	tc.Status.Phase = phase
 	tc.Status.Reason = reason

@@ -7,19 +7,22 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// The timing functions decide whether an approved call may start and for how long. There is no
-// single pure function for "run or not": startJob combines ApprovalUsable, the approval limit and
-// ActiveDeadline. These fuzz targets state each piece's property over arbitrary inputs, with the
-// expected values computed independently in exact arithmetic.
+// The timing functions decide whether an approved call may start and for how long: the run gate
+// (lifecycle.RunGate) combines ApprovalUsable, the approval limit and ActiveDeadline. These fuzz
+// targets state each piece's property over arbitrary inputs, with the expected values computed
+// independently in exact arithmetic.
 //
 // Inputs are bounded: margins in [0, 1h], waiting limit and execution timeout in (0, 1000h] (either
 // may exceed the other), instants within 1000h of creation. A selector input puts an instant or a
 // duration within 2s of one of the boundaries, where a random value would almost never land.
 
 const maxSpan = 1000 * time.Hour
+
+var t0 = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 
 // span maps v onto [lo, hi] (nanoseconds).
 func span(v int64, lo, hi time.Duration) time.Duration {
@@ -318,15 +321,20 @@ func FuzzCheckFits(f *testing.F) {
 		}
 
 		d := tm.RequestedTimeout(w, nil, now)
-		if d%time.Second != 0 {
-			t.Fatalf("default timeout %s is not whole seconds", d)
+		// The default is asked for in one unit: whole minutes from a minute up, whole seconds below.
+		unit := time.Second
+		if d >= time.Minute {
+			unit = time.Minute
+		}
+		if d%unit != 0 {
+			t.Fatalf("default timeout %s is not whole %s", d, unit)
 		}
 		if tm.CheckFits(w, d, now) == nil {
 			if err := tm.CheckFits(w, d, now.Add(tm.SubmitAllowance)); err != nil {
 				t.Fatalf("the default timeout %s fits at %s but not %s later when it reaches the provider: %v", d, now, tm.SubmitAllowance, err)
 			}
-			if tm.CheckFits(w, d+time.Second, now.Add(tm.SubmitAllowance)) == nil {
-				t.Fatalf("the default timeout %s is not the largest: %s fits too", d, d+time.Second)
+			if next := d + unit; tm.CheckFits(w, next, now.Add(tm.SubmitAllowance)) == nil && (unit == time.Minute || next < time.Minute) {
+				t.Fatalf("the default timeout %s is not the largest in its unit: %s fits too", d, next)
 			}
 		}
 		if explicit := timeout; tm.RequestedTimeout(w, &explicit, now) != timeout.Truncate(time.Second) {
@@ -384,7 +392,7 @@ func gateCall() *tg.ToolCall {
 	return tc
 }
 
-// FuzzRunGateWithDecisions: runGate, the run/don't-run decision immediately before the Job, over
+// FuzzRunGateWithDecisions: lifecycle.RunGate, the run/don't-run decision immediately before the Job, over
 // arbitrary windows, instants, decisions (none, a provider's of any status, a rule's approval as
 // recordPolicyApproval records it, a rule's denial) and Tool versions (the accepted one, another
 // generation, another UID, none recorded). The call may start exactly when the Tool is the accepted
@@ -452,12 +460,12 @@ func FuzzRunGateWithDecisions(f *testing.F) {
 			expires = timeOf(tc.Status.Decision.ExpiresAt)
 		}
 
-		stop := runGate(tc, tool, w, tm, now)
+		stop := lifecycle.RunGate(tc, tool, w, tm, now)
 		ad := tm.ActiveDeadline(w, now)
 		want := sameVersion && approved && !expires.IsZero() &&
 			nanos(now).Cmp(plus(expires, -tm.SkewMargin)) < 0 && now.Before(limit) && ad >= 1
 		if (stop == nil) != want {
-			t.Fatalf("runGate at %s (decision %+v, expires %s, skew %s, limit %s, %ds left, same version %v) = %+v, want run=%v",
+			t.Fatalf("RunGate at %s (decision %+v, expires %s, skew %s, limit %s, %ds left, same version %v) = %+v, want run=%v",
 				now, tc.Status.Decision, expires, tm.SkewMargin, limit, ad, sameVersion, stop, want)
 		}
 		if stop == nil {
@@ -466,11 +474,11 @@ func FuzzRunGateWithDecisions(f *testing.F) {
 			}
 			return
 		}
-		if !sameVersion && stop.reason != tg.ReasonToolChanged {
-			t.Fatalf("a Tool that is not the accepted version stops the call with %s, not ToolChanged", stop.reason)
+		if !sameVersion && stop.Reason() != tg.ReasonToolChanged {
+			t.Fatalf("a Tool that is not the accepted version stops the call with %s, not ToolChanged", stop.Reason())
 		}
-		if stop.phase == tg.PhaseDenied || !stop.phase.IsTerminal() || !strings.HasSuffix(stop.message, "The call did not run.") {
-			t.Fatalf("the gate refused the call with %s/%s %q", stop.phase, stop.reason, stop.message)
+		if stop.Phase() == tg.PhaseDenied || !stop.Phase().IsTerminal() || !strings.HasSuffix(stop.Message, "The call did not run.") {
+			t.Fatalf("the gate refused the call with %s/%s %q", stop.Phase(), stop.Reason(), stop.Message)
 		}
 	})
 }
@@ -508,7 +516,7 @@ func FuzzProviderAnswerIsNeverAPolicyDecision(f *testing.F) {
 		tm := DefaultTiming()
 		w := Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 5 * time.Minute}
 		now := t0.Add(span(nowOff, 0, time.Hour))
-		if runGate(tc, gateTool(), w, tm, now) == nil && req.Status != provider.StatusApproved {
+		if lifecycle.RunGate(tc, gateTool(), w, tm, now) == nil && req.Status != provider.StatusApproved {
 			t.Fatalf("the gate lets a %q answer run", req.Status)
 		}
 	})

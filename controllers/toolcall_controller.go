@@ -9,6 +9,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -25,11 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/provider"
 )
-
-// toolNameField indexes Tools by spec.toolName.
-const toolNameField = "spec.toolName"
 
 // ToolCallReconciler drives a ToolCall through approval to its Job.
 type ToolCallReconciler struct {
@@ -42,8 +42,6 @@ type ToolCallReconciler struct {
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
-	// CallTimeout bounds one synchronous provider call (submit, cancel) made from a reconcile.
-	CallTimeout time.Duration
 	// CancelGiveUp bounds how long deletion keeps trying to cancel an unreachable provider's request.
 	CancelGiveUp time.Duration
 	// MaxConcurrentReconciles is the number of workers.
@@ -53,6 +51,7 @@ type ToolCallReconciler struct {
 
 	tools   toolCache
 	written writeLog
+	gone    goneCalls
 	// rules are the Tools' compiled approval rules, shared with the Tool controller.
 	rules *ruleCache
 }
@@ -66,27 +65,48 @@ type ToolCallReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
+// Each step takes the reconcile's scope (scope.go) and records one row of the outcome table
+// (internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase, and the
+// reconcile is retried with backoff.
 //
-//	saved phase       step (file)                               next phases
-//	"", Pending       submit (approval.go): admit, or check     Pending (retry), Rejected, ApprovalUnavailable,
-//	                  the acceptance record (admission.go),     AwaitingApproval; a decision in the POST
-//	                  then POST the request                     response goes on as below
-//	AwaitingApproval  awaitDecision (approval.go): apply what   AwaitingApproval (keep waiting), Denied,
-//	                  the waiter saw (applyDecision), give up   Cancelled, ApprovalUnavailable; approved:
-//	                  at the limit (giveUp), or withdraw for a  startJob (job.go): Running, Expired, Failed
-//	                  changed Tool (toolversion.go)
-//	Running           observeJob (job.go), observePods           Running (ImageUnavailable), Succeeded,
-//	                  (jobpods.go)                              Failed
-//	terminal          removeFinalizer (deletion.go)             -
-//	(deleted)         reconcileDelete (deletion.go)             the ToolCall is gone
+//	saved phase       step (file)                                    next phases
+//	"", Pending       submit (approval.go):
+//	                  - admit a new call, or checkAcceptance of an    Rejected (an accepted call whose Job
+//	                    accepted one (admission.go)                   exists: Running)
+//	                  - an Approve rule: approveByPolicy (policy.go)  Pending (PolicyApproved), then startJob
+//	                  - POST the request, submitFailed on an error    Pending (SubmitFailed), Rejected,
+//	                                                                  ApprovalUnavailable
+//	                  - a decision in the POST response               as applyDecision
+//	                  - pending                                       AwaitingApproval, then awaitDecision
+//	AwaitingApproval  awaitDecision (approval.go):
+//	                  - applyDecision of what the waiter saw          Denied, Cancelled, ApprovalUnavailable;
+//	                                                                  approved: startJob
+//	                  - failClosed on a lost or untrusted request     ApprovalUnavailable
+//	                  - giveUp at the poll limit                      ApprovalUnavailable (its Job exists:
+//	                                                                  Running); a decision that raced the
+//	                                                                  cancel: as applyDecision
+//	                  - withdrawForToolChange (toolversion.go)        Cancelled (its Job exists: Running); a
+//	                                                                  decision that raced it: as applyDecision
+//	                  - otherwise keep waiting                        AwaitingApproval
+//	(approved)        startJob (job.go): lifecycle.RunGate            Running; Failed, Expired,
+//	                  (internal/lifecycle/gate.go), then create the   ApprovalUnavailable (its Job exists:
+//	                  Job                                             Running)
+//	Running           observeJob (job.go), observePods (jobpods.go)   Running (ImageUnavailable, back to
+//	                                                                  JobCreated), Succeeded, Failed
+//	terminal          removeFinalizer (deletion.go)                   -
+//	(deleted)         reconcileDelete (deletion.go)                   the ToolCall is gone
 func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if err := r.withdrawGone(ctx, req.NamespacedName); err != nil {
+		return ctrl.Result{}, err
+	}
 	tc := &tg.ToolCall{}
 	if err := r.Get(ctx, req.NamespacedName, tc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	sc := newScope(tc)
 	if !tc.DeletionTimestamp.IsZero() {
 		r.written.forget(tc.UID)
-		return r.reconcileDelete(ctx, tc)
+		return r.reconcileDelete(ctx, sc)
 	}
 	if r.written.behind(tc) {
 		// The watch has not delivered our last write yet; its event reconciles again. The requeue
@@ -103,13 +123,19 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	var err error
 	switch tc.Status.Phase {
 	case "", tg.PhasePending:
-		res, err = r.submit(ctx, tc)
+		res, err = r.submit(ctx, sc)
 	case tg.PhaseAwaitingApproval:
-		res, err = r.awaitDecision(ctx, tc)
+		res, err = r.awaitDecision(ctx, sc)
 	case tg.PhaseRunning:
-		res, err = r.observeJob(ctx, tc)
+		res, err = r.observeJob(ctx, sc)
 	}
 	if perr := r.patchStatus(ctx, orig, tc); perr != nil {
+		if apierrors.IsNotFound(perr) {
+			// Removed despite the finalizer (gone.go): hold what this reconcile knows (the request
+			// it may have just submitted) and withdraw it.
+			r.gone.add(tc, r.Clock.Now())
+			return ctrl.Result{}, r.withdrawGone(ctx, req.NamespacedName)
+		}
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	r.written.wrote(tc)
@@ -165,14 +191,19 @@ func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
 	}
 }
 
+// emit records an event of the event table on tc; related is another object it concerns, or nil.
+func (r *ToolCallReconciler) emit(tc *tg.ToolCall, related runtime.Object, e lifecycle.Event, args ...any) {
+	row := e.Row()
+	r.Recorder.Eventf(tc, related, row.Type, row.Reason, row.Action, "%s", e.Note(args...))
+}
+
 // eventNote is the status message, followed by who asked when the admission policy recorded it, so
 // that each event of a ToolCall says whose call it is.
 func eventNote(tc *tg.ToolCall) string {
-	who := requesterName(tc)
-	if who == "" {
+	if tc.Spec.Requester == nil || tc.Spec.Requester.Username == "" {
 		return tc.Status.Message
 	}
-	return fmt.Sprintf("%s Requested by %s.", tc.Status.Message, who)
+	return fmt.Sprintf("%s Requested by %s.", tc.Status.Message, tc.Spec.Requester.Username)
 }
 
 // SetupWithManager registers the controller, its indexes (Tools by toolName, ToolCalls by tool), the
@@ -191,12 +222,9 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
 	}
-	workers := r.MaxConcurrentReconciles
-	if workers <= 0 {
-		workers = 4
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
+		Watches(&tg.ToolCall{}, r.recordGone()).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToToolCall(mgr.GetClient())), builder.WithPredicates(imageWaitChanged())).
 		// A Tool's creation, deletion or new generation (not its status writes) reaches the calls that
@@ -207,7 +235,7 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		WithOptions(controller.Options{
 			SkipNameValidation:      &r.SkipNameValidation,
-			MaxConcurrentReconciles: workers,
+			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, 30*time.Second),
 		}).
 		Named("toolcall").
@@ -230,24 +258,5 @@ func enqueueFirst() handler.TypedEventHandler[*tg.ToolCall, reconcile.Request] {
 			}
 			q.Add(req)
 		},
-	}
-}
-
-// Defaults fills unset options.
-func (r *ToolCallReconciler) Defaults() {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.Timing == (Timing{}) {
-		r.Timing = DefaultTiming()
-	}
-	if r.CallTimeout <= 0 {
-		r.CallTimeout = 15 * time.Second
-	}
-	if r.CancelGiveUp <= 0 {
-		r.CancelGiveUp = 2 * time.Minute
-	}
-	if r.rules == nil {
-		r.rules = mustRuleCache()
 	}
 }

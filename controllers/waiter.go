@@ -54,6 +54,7 @@ type Waiter struct {
 
 	mu      sync.Mutex
 	ctx     context.Context
+	stopped bool // Start's context ended: no new poller may join wg, which Start is waiting on
 	watches map[types.UID]*watch
 	wg      sync.WaitGroup
 }
@@ -88,6 +89,7 @@ func (w *Waiter) Start(ctx context.Context) error {
 	w.mu.Unlock()
 	<-ctx.Done()
 	w.mu.Lock()
+	w.stopped = true
 	for uid, wt := range w.watches {
 		wt.cancel()
 		delete(w.watches, uid)
@@ -103,6 +105,11 @@ func (w *Waiter) Start(ctx context.Context) error {
 func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, until time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.stopped {
+		// The manager is stopping and a reconcile still in flight asks: nothing is polled any more
+		// (the next manager follows the request from the ToolCall's status).
+		return until
+	}
 	if wt, ok := w.watches[tc.UID]; ok && wt.ref == ref {
 		return until
 	} else if ok {

@@ -10,6 +10,28 @@ const (
 	LabelToolName     = "toolgate.dev/tool"
 )
 
+// Annotations the controller writes when it accepts a ToolCall (with its finalizer, before the first
+// submission): the acceptance record. They fix the ToolCall's timing and its approval request body for
+// the rest of its life, so that a submission repeated after a crash is an exact replay, and bind the
+// call to the version of its Tool: the Job is created only from the Tool with this UID at this
+// generation.
+const (
+	// AnnotationExecutionTimeout is the Tool's executionTimeout at acceptance.
+	AnnotationExecutionTimeout = "toolgate.dev/execution-timeout"
+	// AnnotationApprovalTimeout is the approval timeout requested from the provider.
+	AnnotationApprovalTimeout = "toolgate.dev/approval-timeout"
+	// AnnotationToolUID is the UID of the Tool at acceptance.
+	AnnotationToolUID = "toolgate.dev/tool-uid"
+	// AnnotationToolGeneration is the Tool's metadata.generation at acceptance.
+	AnnotationToolGeneration = "toolgate.dev/tool-generation"
+	// AnnotationToolName is the Tool's metadata.name at acceptance, sent in the request's context.
+	AnnotationToolName = "toolgate.dev/tool-name"
+	// AnnotationApprovalRule names the Approve rule that decided the call at acceptance. Its presence
+	// records that no request was ever submitted for the call, so none is recovered or withdrawn after
+	// a crash, even once the Tool (and with it the rule) has changed.
+	AnnotationApprovalRule = "toolgate.dev/approval-rule"
+)
+
 // Condition types on a ToolCall.
 const (
 	// ConditionApproved: True once a valid approval was obtained; False when it will not be.
@@ -20,88 +42,131 @@ const (
 	ConditionReady = "Ready"
 )
 
-// Reasons: used in status.reason, condition reasons and event reasons. Stable CamelCase words.
-const (
-	ReasonSubmitFailed        = "SubmitFailed"
-	ReasonAwaitingApproval    = "AwaitingApproval"
-	ReasonApproved            = "Approved"
-	ReasonDenied              = "Denied"
-	ReasonApprovalExpired     = "ApprovalExpired"
-	ReasonProviderExpired     = "ProviderExpired"
-	ReasonWaitingLimitReached = "WaitingLimitReached"
-	ReasonProviderCancelled   = "ProviderCancelled"
-	ReasonProviderRefused     = "ProviderRefused"
-	ReasonUntrustedResponse   = "UntrustedProviderResponse"
-	ReasonUnknownTool         = "UnknownTool"
-	ReasonAmbiguousTool       = "AmbiguousTool"
-	ReasonInvalidArguments    = "InvalidArguments"
-	ReasonArgumentsTooLarge   = "ArgumentsTooLarge"
-	ReasonInvalidTool         = "InvalidTool"
-	ReasonTimeoutDoesNotFit   = "TimeoutDoesNotFit"
-	ReasonJobCreated          = "JobCreated"
-	ReasonJobSucceeded        = "JobSucceeded"
-	ReasonJobFailed           = "JobFailed"
-	ReasonCancelRequested     = "CancelRequested"
-	ReasonCancelFailed        = "CancelFailed"
-)
-
-// More reasons.
-const (
-	ReasonRequestLost = "ApprovalRequestLost"
-	ReasonJobMissing  = "JobMissing"
-	ReasonJobRefused  = "JobRefused"
-	// ReasonArgumentsChanged: the approval covers other arguments than the spec now holds.
-	ReasonArgumentsChanged = "ArgumentsChanged"
-	// ReasonAcceptanceRecordInvalid: the ToolCall carries the finalizer but its acceptance annotations
-	// are missing or are not values the controller would write (e.g. created with them).
-	ReasonAcceptanceRecordInvalid = "AcceptanceRecordInvalid"
-)
-
-// Annotations the controller writes when it accepts a ToolCall (with its finalizer, before the first
-// submission). They fix the ToolCall's timing and its approval request body for the rest of its life,
-// so that a submission repeated after a crash is an exact replay.
-const (
-	// AnnotationExecutionTimeout is the Tool's executionTimeout at acceptance.
-	AnnotationExecutionTimeout = "toolgate.dev/execution-timeout"
-	// AnnotationApprovalTimeout is the approval timeout requested from the provider.
-	AnnotationApprovalTimeout = "toolgate.dev/approval-timeout"
-)
-
-// Approval policies and version binding.
-const (
-	// ReasonPolicyDenied: a Deny rule of the Tool's spec.approval matched; the message names the rule.
-	ReasonPolicyDenied = "PolicyDenied"
-	// ReasonPolicyApproved: an Approve rule of the Tool's spec.approval matched; no human was asked.
-	ReasonPolicyApproved = "PolicyApproved"
-	// ReasonPolicyError: a rule could not be evaluated for this call; a human is asked instead.
-	ReasonPolicyError = "PolicyEvaluationFailed"
-	// ReasonInvalidApprovalRules: the Tool's spec.approval does not compile (Tool condition, and the
-	// reason its calls end Rejected).
-	ReasonInvalidApprovalRules = "InvalidApprovalRules"
-	// ReasonApprovalRulesCompiled: every rule of the Tool's spec.approval compiled (Tool condition).
-	ReasonApprovalRulesCompiled = "ApprovalRulesCompiled"
-	// ReasonToolChanged: the Tool was changed, or deleted and created again, after the ToolCall was
-	// accepted; the approval covers the accepted version only, so the call does not run.
-	ReasonToolChanged = "ToolChanged"
-)
-
-// ReasonImageUnavailable: the call's Job exists but its container has not started because the node
-// cannot get the image (ErrImageNeverPull, ErrImagePull/ImagePullBackOff, InvalidImageName,
-// ImageInspectError); a Running call, or a Failed one whose Job's deadline passed while it waited.
-const ReasonImageUnavailable = "ImageUnavailable"
-
 // ConditionApprovalRulesReady is the Tool condition that says whether its approval rules compiled.
 const ConditionApprovalRulesReady = "ApprovalRulesReady"
 
-// Annotations of the acceptance record that bind a ToolCall to the version of its Tool: the Job is
-// created only from the Tool with this UID at this generation.
+// Reasons are used in status.reason, condition reasons and event reasons: stable CamelCase words, each
+// Go name the word itself. They are grouped by the phase they are first recorded with; a reason
+// recorded with several phases says so.
+
+// Pending.
 const (
-	// AnnotationToolUID is the UID of the Tool at acceptance.
-	AnnotationToolUID = "toolgate.dev/tool-uid"
-	// AnnotationToolGeneration is the Tool's metadata.generation at acceptance.
-	AnnotationToolGeneration = "toolgate.dev/tool-generation"
-	// AnnotationApprovalRule names the Approve rule that decided the call at acceptance. Its presence
-	// records that no request was ever submitted for the call, so none is recovered or withdrawn after
-	// a crash, even once the Tool (and with it the rule) has changed.
-	AnnotationApprovalRule = "toolgate.dev/approval-rule"
+	// ReasonSubmitFailed: the approval request could not be submitted yet; retried until the waiting
+	// limit.
+	ReasonSubmitFailed = "SubmitFailed"
+	// ReasonPolicyApproved: an Approve rule of the Tool's spec.approval matched; no human was asked.
+	// Pending while the Job is created; also the Approved condition's reason and an event's.
+	ReasonPolicyApproved = "PolicyApproved"
+)
+
+// AwaitingApproval.
+const (
+	// ReasonAwaitingApproval: the provider holds a pending approval request.
+	ReasonAwaitingApproval = "AwaitingApproval"
+)
+
+// Running.
+const (
+	// ReasonJobCreated: approved while valid; the Job exists.
+	ReasonJobCreated = "JobCreated"
+	// ReasonImageUnavailable: the call's Job exists but its container has not started because the node
+	// cannot get the image (ErrImageNeverPull, ErrImagePull/ImagePullBackOff, InvalidImageName,
+	// ImageInspectError); a Running call, or a Failed one whose Job's deadline passed while it waited.
+	ReasonImageUnavailable = "ImageUnavailable"
+)
+
+// Succeeded.
+const (
+	// ReasonJobSucceeded: the Job completed.
+	ReasonJobSucceeded = "JobSucceeded"
+)
+
+// Failed.
+const (
+	// ReasonJobFailed: the Job failed (a container exited non-zero, or its deadline passed).
+	ReasonJobFailed = "JobFailed"
+	// ReasonJobMissing: the Job was deleted before it finished; its outcome is unknown.
+	ReasonJobMissing = "JobMissing"
+	// ReasonJobRefused: approved, but the apiserver refused the Job as invalid.
+	ReasonJobRefused = "JobRefused"
+	// ReasonInvalidTool: the Tool cannot make the call's Job: gone or ambiguous when the Job was about
+	// to be created (Failed), or an invalid jobTemplate or argumentsSchema (Rejected).
+	ReasonInvalidTool = "InvalidTool"
+	// ReasonToolChanged: the Tool was changed, or deleted and created again, after the ToolCall was
+	// accepted; the approval covers the accepted version only, so the call does not run. Failed at the
+	// run gate, Cancelled while awaiting a decision, Rejected before the request was submitted.
+	ReasonToolChanged = "ToolChanged"
+)
+
+// Denied.
+const (
+	// ReasonDenied: a human denied the call.
+	ReasonDenied = "Denied"
+)
+
+// Expired.
+const (
+	// ReasonApprovalExpired: the approval had expired when the Job was about to be created.
+	ReasonApprovalExpired = "ApprovalExpired"
+)
+
+// ApprovalUnavailable.
+const (
+	// ReasonProviderExpired: the provider's deadline for a decision passed without one.
+	ReasonProviderExpired = "ProviderExpired"
+	// ReasonWaitingLimitReached: no usable decision before the approval limit.
+	ReasonWaitingLimitReached = "WaitingLimitReached"
+	// ReasonUntrustedProviderResponse: a provider answer could not be trusted.
+	ReasonUntrustedProviderResponse = "UntrustedProviderResponse"
+	// ReasonIdempotencyConflict: the provider holds another request under the call's idempotency key
+	// (409 idempotency_conflict). The call fails closed: no request is made under a new key.
+	ReasonIdempotencyConflict = "IdempotencyConflict"
+	// ReasonApprovalRequestLost: the provider no longer knows a request it created (404).
+	ReasonApprovalRequestLost = "ApprovalRequestLost"
+	// ReasonArgumentsChanged: the approval covers other arguments than the spec now holds.
+	ReasonArgumentsChanged = "ArgumentsChanged"
+)
+
+// Cancelled.
+const (
+	// ReasonProviderCancelled: the provider reports the request cancelled.
+	ReasonProviderCancelled = "ProviderCancelled"
+)
+
+// Rejected: bad input caught before any human is asked.
+const (
+	ReasonUnknownTool       = "UnknownTool"
+	ReasonAmbiguousTool     = "AmbiguousTool"
+	ReasonInvalidArguments  = "InvalidArguments"
+	ReasonArgumentsTooLarge = "ArgumentsTooLarge"
+	ReasonTimeoutDoesNotFit = "TimeoutDoesNotFit"
+	// ReasonInvalidApprovalRules: the Tool's spec.approval does not compile (the reason its calls end
+	// Rejected, and the Tool's ApprovalRulesReady condition).
+	ReasonInvalidApprovalRules = "InvalidApprovalRules"
+	// ReasonPolicyDenied: a Deny rule of the Tool's spec.approval matched; the message names the rule.
+	ReasonPolicyDenied = "PolicyDenied"
+	// ReasonAcceptanceRecordInvalid: the ToolCall carries the finalizer but its acceptance annotations
+	// are missing or are not values the controller would write (e.g. created with them).
+	ReasonAcceptanceRecordInvalid = "AcceptanceRecordInvalid"
+	// ReasonProviderRefused: the provider refused the request before any human saw it (400).
+	ReasonProviderRefused = "ProviderRefused"
+)
+
+// Reasons of conditions only.
+const (
+	// ReasonApproved: the Approved condition of a call a human approved while the approval was valid.
+	ReasonApproved = "Approved"
+	// ReasonApprovalRulesCompiled: every rule of the Tool's spec.approval compiled (Tool condition).
+	ReasonApprovalRulesCompiled = "ApprovalRulesCompiled"
+)
+
+// Reasons of events only.
+const (
+	// ReasonCancelRequested: the pending request of a deleted ToolCall was cancelled.
+	ReasonCancelRequested = "CancelRequested"
+	// ReasonCancelFailed: a request could not be cancelled; it ends at its provider deadline.
+	ReasonCancelFailed = "CancelFailed"
+	// ReasonPolicyEvaluationFailed: a rule could not be evaluated for this call; a human is asked
+	// instead.
+	ReasonPolicyEvaluationFailed = "PolicyEvaluationFailed"
 )

@@ -8,6 +8,9 @@ import (
 // MaxArgumentsBytes is the largest serialized spec.arguments a ToolCall may carry.
 const MaxArgumentsBytes = 64 * 1024
 
+// MaxReasonBytes is the largest spec.reason a ToolCall may carry.
+const MaxReasonBytes = 4 * 1024
+
 // MaxResultBytes is the largest status.result the controller records (the Job's termination message).
 const MaxResultBytes = 4 * 1024
 
@@ -39,6 +42,14 @@ type ToolCallSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="timeout must be a duration of at least 1s such as 90s, 30m or 1h30m"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// reason is the agent's own explanation of why it makes the call (at most 4 KiB of UTF-8). It is sent
+	// to the provider as the request's agent_reasoning, which approvers are shown as the agent's claim,
+	// never as a verified fact.
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 4096",message="reason must be at most 4096 bytes (4 KiB) of UTF-8: shorten spec.reason"
+	// +optional
+	Reason string `json:"reason,omitempty"`
 
 	// requester is who created the ToolCall, as the apiserver authenticated them. It is written at
 	// creation by the MutatingAdmissionPolicy that config/admission ships (any value the client sends
@@ -196,7 +207,7 @@ type ToolCall struct {
 	// the spec and must still be able to update metadata. A field added to ToolCallSpec must be added
 	// to this rule too.
 
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf || (self.tool == oldSelf.tool && self.arguments == oldSelf.arguments && self.waitingLimit.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.waitingLimit) == duration(oldSelf.waitingLimit) && has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || (self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.timeout) == duration(oldSelf.timeout))) && has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester))",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || (self.tool == oldSelf.tool && self.arguments == oldSelf.arguments && self.waitingLimit.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.waitingLimit) == duration(oldSelf.waitingLimit) && has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || (self.timeout.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self.timeout) == duration(oldSelf.timeout))) && has(self.requester) == has(oldSelf.requester) && (!has(self.requester) || self.requester == oldSelf.requester) && has(self.reason) == has(oldSelf.reason) && (!has(self.reason) || self.reason == oldSelf.reason))",message="spec is immutable: what a human approved is what runs; create a new ToolCall instead"
 	// +required
 	Spec ToolCallSpec `json:"spec"`
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -133,7 +134,8 @@ func TestRunRefusedByAdmissionExitsOne(t *testing.T) {
 	g.Expect(stdout).To(BeEmpty())
 	g.Expect(stderr).To(ContainSubstring("user " + agent.User + " may not call tool restart_pod in namespace " + h.NS))
 	g.Expect(stderr).To(ContainSubstring(`resourceNames: ["restart_pod"]`))
-	g.Expect(h.K8s.Get(t.Context(), client.ObjectKey{Namespace: h.NS, Name: "restart"}, &tg.ToolCall{})).NotTo(Succeed(), "nothing was created")
+	err := h.K8s.Get(t.Context(), client.ObjectKey{Namespace: h.NS, Name: "restart"}, &tg.ToolCall{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "nothing was created: want NotFound, got %v", err)
 }
 
 // Ctrl-C: the ToolCall is deleted, so Toolgate cancels the approval request.
@@ -162,7 +164,7 @@ func TestWaitAttachesWithTheSameExitCodes(t *testing.T) {
 	h.Tool("issue-refund", "issue_refund", "")
 
 	h.ToolCall("unknown", "no_such_tool", `{}`, 2*time.Minute, nil)
-	h.WaitPhase("unknown", tg.PhaseRejected)
+	g.Expect(h.WaitPhase("unknown", tg.PhaseRejected).Status.Reason).To(Equal(tg.ReasonUnknownTool))
 	code, _, stderr := plugin(g, "wait", "unknown", "-n", h.NS)
 	g.Expect(code).To(Equal(exitRejected))
 	g.Expect(stderr).To(ContainSubstring("reason:        UnknownTool"))
@@ -207,12 +209,12 @@ func TestGetAndDescribeShowTheFields(t *testing.T) {
 	h.ToolCall("refund-denied", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	_, err := h.Provider.Decide(h.PendingRequest("refund-denied").ID, provider.StatusDenied, "Not a duplicate.", nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	h.WaitPhase("refund-denied", tg.PhaseDenied)
+	g.Expect(h.WaitPhase("refund-denied", tg.PhaseDenied).Status.Reason).To(Equal(tg.ReasonDenied))
 	h.ToolCall("refund-done", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	running := h.ApproveAndFinish("refund-done", true, "refund re_1 issued")
-	h.WaitPhase("refund-done", tg.PhaseSucceeded)
+	g.Expect(h.WaitPhase("refund-done", tg.PhaseSucceeded).Status.Reason).To(Equal(tg.ReasonJobSucceeded))
 	h.ToolCall("unknown", "no_such_tool", `{}`, 2*time.Minute, nil)
-	h.WaitPhase("unknown", tg.PhaseRejected)
+	g.Expect(h.WaitPhase("unknown", tg.PhaseRejected).Status.Reason).To(Equal(tg.ReasonUnknownTool))
 
 	// Through a kubeconfig file, with the connection flags before the subcommand.
 	code, stdout, _ := plugin(g, "--kubeconfig", agent.Kubeconfig, "-n", h.NS, "get")
@@ -286,6 +288,7 @@ func TestUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"run", "--args", "{}", "--waiting-limit", "2m"}, "TOOL is required"},
 		{[]string{"run", "issue_refund", "amount=1", "--args", "{}", "--waiting-limit", "2m"}, "run takes one TOOL, got 2 arguments"},
 		{[]string{"run", "issue_refund", "--args", "{}", "--waiting-limit", "2m", "--timeout", "0s"}, "--timeout must be a positive duration"},
+		{[]string{"run", "issue_refund", "--args", "{}", "--waiting-limit", "2m", "--reason", strings.Repeat("x", 4097)}, "--reason is 4097 bytes: shorten it to at most 4096 bytes (4 KiB)"},
 		{[]string{"run", "issue_refund", "--args", "{}", "--waiting-limit", "2m", "-l", "novalue"}, `--label "novalue": use KEY=VALUE`},
 		{[]string{"run", "issue_refund", "--args", "{}", "--waiting-limit", "2m", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"wait"}, "wait takes exactly one NAME"},

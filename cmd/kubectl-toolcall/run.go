@@ -12,11 +12,10 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/pkg/toolcall"
 )
 
-const runSynopsis = "kubectl toolcall run TOOL --args JSON --waiting-limit DURATION [--timeout DURATION] [--name NAME] [-l KEY=VALUE]..."
+const runSynopsis = "kubectl toolcall run TOOL --args JSON --waiting-limit DURATION [--timeout DURATION] [--reason TEXT] [--name NAME] [-l KEY=VALUE]..."
 
 // run creates a ToolCall and waits for its outcome.
 func (c *cli) run(ctx context.Context, args []string) int {
@@ -25,6 +24,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	argsFile := fs.String("args-file", "", "Read the arguments (a JSON object) from this file instead of --args.")
 	waitingLimit := fs.Duration("waiting-limit", 0, "Required. How long you will wait in total, from creation to the result, e.g. 2m or 1h30m.")
 	timeout := fs.Duration("timeout", 0, "The approval timeout requested from the provider; default: the largest that fits in the waiting limit.")
+	reason := fs.String("reason", "", "Why the call is made, in the caller's words (at most 4 KiB); approvers see it as the caller's claim.")
 	name := fs.String("name", "", "The ToolCall's name; default: generated from the tool's name.")
 	labels := fs.StringArrayP("label", "l", nil, "A label KEY=VALUE to put on the ToolCall; repeatable.")
 	help, err := c.parse("run", fs, args, runSynopsis)
@@ -52,6 +52,9 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	if *timeout < 0 || (fs.Changed("timeout") && *timeout == 0) {
 		return c.fail(usagef("run", "--timeout must be a positive duration such as 60s, got %v; leave it out to let Toolgate choose", *timeout))
 	}
+	if len(*reason) > tg.MaxReasonBytes {
+		return c.fail(usagef("run", "--reason is %d bytes: shorten it to at most %d bytes (4 KiB)", len(*reason), tg.MaxReasonBytes))
+	}
 	raw, err := readArgs(*argsJSON, *argsFile, fs.Changed("args"), fs.Changed("args-file"))
 	if err != nil {
 		return c.fail(err)
@@ -69,7 +72,7 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	l := newLive(c.stderr, isTerminal(c.stderr))
 	defer l.stop()
 	res, err := tc.Call(ctx, tool, json.RawMessage(raw), *waitingLimit, toolcall.Options{
-		Timeout: *timeout, Name: *name, Labels: lbls, Progress: l.update,
+		Timeout: *timeout, Reason: *reason, Name: *name, Labels: lbls, Progress: l.update,
 	})
 	l.stop()
 	return c.report(ctx, res, err, ns, false)
@@ -369,5 +372,12 @@ func shortDuration(d time.Duration) string {
 	if d = d.Round(time.Second); d < time.Second {
 		return "<1s"
 	}
-	return provider.FormatTimeout(d)
+	s := d.String()
+	// time.Duration renders 2m as "2m0s" and 1h5m as "1h5m0s": drop the zero units.
+	for _, suffix := range []string{"m0s", "h0m"} {
+		if len(s) > len(suffix) && strings.HasSuffix(s, suffix) {
+			s = s[:len(s)-len(suffix)+1]
+		}
+	}
+	return s
 }

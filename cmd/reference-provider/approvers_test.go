@@ -76,19 +76,33 @@ func TestDecideRecordsTheApprover(t *testing.T) {
 }
 
 func TestServeRefusesABadApproversFile(t *testing.T) {
-	for name, content := range map[string]string{
-		"one field":  "alice\n",
-		"duplicate":  "alice a1\nalice a2\n",
-		"bad name":   "al ice a1\n",
-		"admin name": "admin a1\n",
+	for name, c := range map[string]struct {
+		content string
+		want    func(path string) string // the error serve returns
+	}{
+		"one field": {"alice\n", func(path string) string {
+			return path + ` line 1: want "NAME CREDENTIAL", got 1 fields`
+		}},
+		"duplicate": {"alice a1\nalice a2\n", func(path string) string {
+			return path + " line 2: approver alice is listed twice"
+		}},
+		"a space in the name": {"al ice a1\n", func(path string) string {
+			return path + ` line 1: want "NAME CREDENTIAL", got 3 fields`
+		}},
+		"bad name": {"al/ice a1\n", func(string) string {
+			return `reference provider: approver name "al/ice": use 1 to 64 letters, digits and . _ @ + - (starting with a letter or digit)`
+		}},
+		"admin name": {"admin a1\n", func(string) string {
+			return `reference provider: approver name "admin" is the name decisions made with the admin credential record: choose another`
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			path := filepath.Join(t.TempDir(), "approvers")
-			g.Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
+			g.Expect(os.WriteFile(path, []byte(c.content), 0o600)).To(Succeed())
 			err := run([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"),
 				"--credential-file", writeCredential(t), "--approvers-file", path}, &bytes.Buffer{})
-			g.Expect(err).To(HaveOccurred())
+			g.Expect(err).To(MatchError(c.want(path)))
 		})
 	}
 }

@@ -1,6 +1,7 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--approvers-file approvers] [--profile full|seed] [--tls-cert crt --tls-key key [--http2]]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--tls-cert crt --tls-key key [--http2]]
+//	                          [--zap-log-level info] [--zap-encoder json|console] (the manager's log flags; logs go to stderr)
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
 //	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
 package main
@@ -15,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,7 +25,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-logr/stdr"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
@@ -78,16 +78,22 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8085", "address to listen on")
 	db := fs.String("db", "reference-provider.db", "bbolt file holding requests and idempotency keys")
-	credentialFile := fs.String("credential-file", "", "file holding the bearer credential of the provider API (required)")
-	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API (default: the provider API's)")
+	credentialFile := fs.String("credential-file", "", "file holding a static instance credential, bound to the built-in default instance (required unless --provisioner-token-file is given)")
+	provisionerFile := fs.String("provisioner-token-file", "", "file holding the provisioner token, which creates, reads, updates and deletes instances (POST /v1/instances ...), each with its own credential; it cannot make approval requests")
+	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API and the approval page (default: the static instance credential)")
 	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name; the admin credential records \"admin\"")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file")
 	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
 	minTimeout := fs.Duration("min-timeout", time.Second, "smallest timeout a submission may request")
 	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest timeout a submission may request")
+	maxWindow := fs.Duration("max-window", 0, "longest approval window granted: a request asking for a longer timeout gets deadline_at = created_at + this (0: as long as the timeout asks)")
+	retention := fs.Duration("retention", reference.MinRetention, "how long terminal requests and their idempotency keys are kept after decided_at (at least 168h)")
 	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
-	profileName := fs.String("profile", string(reference.ProfileFull), "wire format of the provider API: full (arguments_sha256, problem+json errors, cancel endpoint) or seed (exactly the seed's HTTP example: its fields only, plain-text errors, no cancel endpoint)")
+	profileName := fs.String("profile", string(reference.ProfileFull), "how the AAP API answers: full (ErrorResponse bodies, agent_reasoning and context echoed) or seed (the fewest fields AAP allows, plain-text errors)")
+	// One line per state change, on stderr, with the manager's --zap-* flags (JSON at info by default).
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,15 +107,23 @@ func serve(args []string) error {
 	if *http2 && *tlsCert == "" {
 		return errors.New("--http2 needs --tls-cert and --tls-key: HTTP/2 is offered only over TLS")
 	}
-	credential, err := readCredential(*credentialFile)
+	if *credentialFile == "" && *provisionerFile == "" {
+		return errors.New("--credential-file is required (or --provisioner-token-file, with --admin-credential-file)")
+	}
+	if *credentialFile == "" && *adminCredentialFile == "" {
+		return errors.New("--admin-credential-file is required without --credential-file: the admin API and the approval page need a credential")
+	}
+	credential, err := readOptionalCredential("--credential-file", *credentialFile)
 	if err != nil {
 		return err
 	}
-	var adminCredential string
-	if *adminCredentialFile != "" {
-		if adminCredential, err = readCredential(*adminCredentialFile); err != nil {
-			return err
-		}
+	provisionerToken, err := readOptionalCredential("--provisioner-token-file", *provisionerFile)
+	if err != nil {
+		return err
+	}
+	adminCredential, err := readOptionalCredential("--admin-credential-file", *adminCredentialFile)
+	if err != nil {
+		return err
 	}
 
 	approvers, err := readApprovers(*approversFile)
@@ -120,14 +134,17 @@ func serve(args []string) error {
 	srv, err := reference.New(reference.Options{
 		DBPath:                  *db,
 		Credential:              credential,
+		ProvisionerToken:        provisionerToken,
 		AdminCredential:         adminCredential,
+		MaxWindow:               *maxWindow,
+		Retention:               *retention,
 		Approvers:               approvers,
 		MinTimeout:              *minTimeout,
 		MaxTimeout:              *maxTimeout,
 		DefaultApprovalValidity: *validity,
 		HTTP2:                   *http2,
 		Profile:                 profile,
-		Logger:                  stdr.New(log.New(os.Stdout, "", log.LstdFlags|log.LUTC)),
+		Logger:                  zap.New(zap.UseFlagOptions(&zapOpts)),
 	})
 	if err != nil {
 		return err
@@ -164,6 +181,7 @@ func list(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	conn := connectionFlags(fs)
 	status := fs.String("status", provider.StatusPending, `requests to list by status; "" for all`)
+	instance := fs.String("instance", "", "list only the requests of this instance id (default: every instance's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -171,18 +189,22 @@ func list(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var reqs []provider.Request
-	if err := c.call(http.MethodGet, "/admin/v1/requests?"+url.Values{"status": {*status}}.Encode(), nil, &reqs); err != nil {
+	query := url.Values{"status": {*status}}
+	if *instance != "" {
+		query.Set("instance", *instance)
+	}
+	var reqs []reference.AdminRequest
+	if err := c.call(http.MethodGet, "/admin/v1/requests?"+query.Encode(), nil, &reqs); err != nil {
 		return err
 	}
 	return printTable(stdout, reqs)
 }
 
-func printTable(w io.Writer, reqs []provider.Request) error {
+func printTable(w io.Writer, reqs []reference.AdminRequest) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tDEADLINE\tARGUMENTS")
+	fmt.Fprintln(tw, "ID\tTOOL\tSTATUS\tINSTANCE\tDEADLINE\tARGUMENTS")
 	for _, r := range reqs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tool, r.Status, r.DeadlineAt.Format(time.RFC3339), r.Arguments)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tool, r.Status, r.InstanceName, r.DeadlineAt.Format(time.RFC3339), r.Arguments)
 	}
 	return tw.Flush()
 }
@@ -212,7 +234,7 @@ func decide(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var req provider.Request
+	var req reference.AdminRequest
 	if err := c.call(http.MethodPost, "/admin/v1/requests/"+url.PathEscape(*id)+"/decide", dropEmpty(body), &req); err != nil {
 		return err
 	}
@@ -275,7 +297,7 @@ func (c connection) client() (*adminClient, error) {
 	}, nil
 }
 
-// call sends body (if any) as JSON and decodes a 2xx response into out, or returns the problem.
+// call sends body (if any) as JSON and decodes a 2xx response into out, or returns the error response.
 func (c *adminClient) call(method, path string, body, out any) error {
 	var reader io.Reader
 	if body != nil {
@@ -301,9 +323,9 @@ func (c *adminClient) call(method, path string, body, out any) error {
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		var p provider.Problem
-		if json.Unmarshal(data, &p) == nil && p.Code != "" {
-			return fmt.Errorf("%s %s: %s: %s", method, path, p.Code, p.Detail)
+		var e provider.ErrorResponse
+		if json.Unmarshal(data, &e) == nil && e.Error.Code != "" {
+			return fmt.Errorf("%s %s: %s: %s", method, path, e.Error.Code, e.Error.Message)
 		}
 		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
 	}
@@ -336,6 +358,18 @@ func readApprovers(path string) (map[string]string, error) {
 		out[fields[0]] = fields[1]
 	}
 	return out, nil
+}
+
+// readOptionalCredential reads the credential a flag names, if it names one.
+func readOptionalCredential(flag, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	credential, err := readCredential(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	return credential, nil
 }
 
 func readCredential(path string) (string, error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,10 +16,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/mcpgateway"
@@ -48,15 +51,17 @@ func main() {
 	flag.StringVar(&audience, "token-audience", "toolgate-mcp", "Over HTTP, the audience callers' bearer tokens must be issued for (e.g. a projected ServiceAccount token with this audience).")
 	flag.StringVar(&resourceURL, "url", "", "Over HTTP, the endpoint as clients reach it, e.g. https://toolgate-mcp.payments.svc:8090/mcp (the resource of the OAuth protected resource metadata a 401 names). Default: http://<--listen>/mcp.")
 	flag.BoolVar(&unauthenticated, "unauthenticated", false, "Over HTTP, do not authenticate callers: every ToolCall is created as the gateway's own identity. Only behind something that authenticates them.")
-	flag.StringVar(&logLevel, "log-level", "info", "Log level on stderr: debug, info, warn or error.")
+	flag.StringVar(&logLevel, "log-level", "", "Log level: debug, info, warn (the same as info) or error; default info (debug with --zap-devel). The same as --zap-log-level, which also takes a number (more verbose than debug): give one of the two.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		fail(2, "--log-level %q: use debug, info, warn or error", logLevel)
+	if err := applyLogLevel(&zapOpts, logLevel, flagSet("zap-log-level")); err != nil {
+		fail(2, "%v", err)
 	}
-	// stdout carries the MCP session with --stdio: logs go to stderr only.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// stdout carries the MCP session with --stdio: logs go to stderr only (zap's default).
+	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	logf.SetLogger(logger) // controller-runtime's client logs the apiserver's warnings through it
 	o.Logger = logger
 
 	if namespace == "" {
@@ -109,7 +114,7 @@ func main() {
 	defer cancelRun()
 	go func() {
 		if err := g.Run(run); err != nil {
-			logger.Error("keeping the tool list up to date stopped", "error", err)
+			logger.Error(err, "keeping the tool list up to date stopped")
 		}
 	}()
 
@@ -120,8 +125,10 @@ func main() {
 		select {
 		case err := <-done: // the client closed stdin
 			if err != nil && !errors.Is(err, context.Canceled) {
-				logger.Error("MCP session ended", "error", err)
+				logger.Error(err, "MCP session ended")
 			}
+			// Withdrawals the apiserver refused so far get their retries before the process exits.
+			shutdown(g, logger)
 		case <-signals.Done():
 			shutdown(g, logger)
 			cancelRun()
@@ -135,7 +142,7 @@ func main() {
 		fail(1, "--listen %s: %v", listen, err)
 	}
 	srv := &http.Server{
-		Handler:           g.HTTPHandler(&mcp.StreamableHTTPOptions{Logger: logger, SessionTimeout: sessionTimeout}),
+		Handler:           g.HTTPHandler(&mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "namespace", namespace, "authenticated", o.Auth != nil)
@@ -156,12 +163,42 @@ func main() {
 }
 
 // shutdown abandons the calls still waiting, so that none of them runs for a client that is gone.
-func shutdown(g *mcpgateway.Gateway, logger *slog.Logger) {
+func shutdown(g *mcpgateway.Gateway, logger logr.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := g.Close(ctx); err != nil {
-		logger.Error("abandoning the calls in progress", "error", err)
+		logger.Error(err, "abandoning the calls in progress")
 	}
+}
+
+// applyLogLevel sets opts' level from --log-level, kept from before the --zap-* flags: debug, info
+// and error are zap's levels of the same name (debug shows V(1)). logr has no warning level: what was
+// logged as a warning is an info line, and the MCP SDK's slog warnings are treated as info by
+// logr.ToSlogHandler, so warn means info, hiding nothing it showed before. Empty leaves
+// --zap-log-level or zap's default.
+func applyLogLevel(opts *zap.Options, level string, zapLevelSet bool) error {
+	if level == "" {
+		return nil
+	}
+	if zapLevelSet {
+		return fmt.Errorf("--log-level %s and --zap-log-level both given: give one of the two", level)
+	}
+	var l zapcore.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil || l > zapcore.ErrorLevel {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error (or --zap-log-level, which also takes a number)", level)
+	}
+	if l == zapcore.WarnLevel {
+		l = zapcore.InfoLevel
+	}
+	opts.Level = l
+	return nil
+}
+
+// flagSet reports whether the command line gave the flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func fail(code int, format string, args ...any) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -36,18 +35,19 @@ func Main(customize ...func(*controllers.Options)) {
 		providerMaxConns                                int
 		o                                               controllers.Options
 	)
-	timing := controllers.DefaultTiming()
+	o = controllers.DefaultOptions()
+	timing := o.Timing
 	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the approvals provider, e.g. https://approvals.example.com.")
 	flag.StringVar(&credentialFile, "provider-credential-file", "", "File holding the provider instance credential (mounted from a Secret).")
 	flag.StringVar(&caFile, "provider-ca-file", "", "PEM file of CAs to trust for the provider instead of the system pool.")
-	flag.DurationVar(&o.PollWait, "poll-wait", provider.DefaultLongPollWait, "Long-poll wait sent as ?wait= (at most 55s).")
+	flag.DurationVar(&o.PollWait, "poll-wait", o.PollWait, "Long-poll wait sent as ?wait= (at most 30s, AAP's cap).")
 	flag.DurationVar(&timing.ReturnMargin, "return-margin", timing.ReturnMargin, "Time kept at the end of a waiting limit to return the result.")
 	flag.DurationVar(&timing.FinalStateMargin, "final-state-margin", timing.FinalStateMargin, "Time allowed after the provider deadline to read its final state.")
 	flag.DurationVar(&timing.SubmitAllowance, "submit-allowance", timing.SubmitAllowance, "Time left for submitting when the approval timeout is defaulted.")
 	flag.DurationVar(&timing.SkewMargin, "skew-margin", timing.SkewMargin, "An approval is treated as expired this long before decision.expires_at.")
-	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", 2*time.Minute, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
+	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", o.CancelGiveUp, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
 	flag.IntVar(&providerMaxConns, "provider-max-conns", 0, "Upper bound on connections to the provider (0: none; each pending long poll holds one).")
-	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 32, "Reconcile workers.")
+	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "Reconcile workers.")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to serve (empty: all).")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
 	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "Metrics address; 0 disables.")
@@ -61,7 +61,7 @@ func Main(customize ...func(*controllers.Options)) {
 	log := ctrl.Log.WithName("setup")
 
 	if o.PollWait <= 0 || o.PollWait > provider.MaxLongPollWait {
-		log.Error(nil, "--poll-wait must be between 1s and 55s", "poll-wait", o.PollWait)
+		log.Error(nil, "--poll-wait must be between 1s and "+provider.MaxLongPollWait.String()+" (AAP caps a long poll's wait at 30s)", "poll-wait", o.PollWait)
 		os.Exit(2)
 	}
 	if namespaces != "" {

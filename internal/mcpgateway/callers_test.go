@@ -49,7 +49,14 @@ const testAudience = "toolgate-mcp"
 // tests prove that they are all the gateway needs.
 func newAuthWorld(t *testing.T) *world {
 	t.Helper()
-	return newWorldAs(t, Options{WaitingLimit: 10 * time.Minute, Auth: &Auth{Audiences: []string{testAudience}}}, func(h *th.Harness) *rest.Config {
+	return newAuthWorldWith(t, Options{WaitingLimit: 10 * time.Minute})
+}
+
+// newAuthWorldWith is newAuthWorld with the gateway's options o (its Auth is set here).
+func newAuthWorldWith(t *testing.T, o Options) *world {
+	t.Helper()
+	o.Auth = &Auth{Audiences: []string{testAudience}}
+	return newWorldAs(t, o, func(h *th.Harness) *rest.Config {
 		cfg := gatewayIdentity(h)
 		g := h.G
 		g.Expect(h.K8s.Create(context.Background(), &rbacv1.RoleBinding{

@@ -61,14 +61,11 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			o.Progress = g.progress(ctx, req.Session, token)
 		}
 
-		res, err := calls.Call(ctx, name, args, limit, o)
+		res, err := g.run(ctx, calls, name, args, limit, o)
 		if ctx.Err() != nil {
-			// The client cancelled the request, closed its session or is gone: Call deleted the
-			// ToolCall, which cancels its approval request. Nobody is left to read a result.
-			var ab *toolcall.AbandonedError
-			if errors.As(err, &ab) && ab.DeleteErr != nil {
-				g.log.Error("abandoned call: its ToolCall could not be deleted", "toolCall", ab.Name, "error", ab.DeleteErr)
-			}
+			// The client cancelled the request, closed its session or is gone, or the gateway is
+			// closing: run withdrew the ToolCall as the gateway, which cancels its approval request.
+			// Nobody is left to read a result.
 			return nil, context.Cause(ctx)
 		}
 		if err != nil {
@@ -169,7 +166,7 @@ func (g *Gateway) progress(ctx context.Context, ss *mcp.ServerSession, token any
 			msg += ": approved; the tool is running"
 		}
 		if err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg}); err != nil {
-			g.log.Debug("progress notification not sent", "toolCall", tc.Name, "error", err)
+			g.log.V(1).Info("progress notification not sent", "toolCall", tc.Name, "error", err)
 		}
 	}
 }
@@ -181,7 +178,7 @@ func (g *Gateway) explain(tool string, u *authenticationv1.UserInfo, res *toolca
 		msg := fmt.Sprintf("The call to %s did not complete: %v", tool, err)
 		switch {
 		case apierrors.IsForbidden(err) && u != nil:
-			msg += fmt.Sprintf(" (%s needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace %s, e.g. the ClusterRole of config/rbac/toolcall_agent_role.yaml bound there, and verb %q on tools.toolgate.dev with resourceName %q)", u.Username, g.namespace, VerbCall, tool)
+			msg += fmt.Sprintf(" (%s needs create, get, list and watch on toolcalls.toolgate.dev in namespace %s, e.g. the ClusterRole of config/rbac/toolcall_agent_role.yaml bound there, and verb %q on tools.toolgate.dev with resourceName %q)", u.Username, g.namespace, VerbCall, tool)
 		case apierrors.IsForbidden(err):
 			msg += fmt.Sprintf(" (acting as itself, over stdio or unauthenticated HTTP, the gateway's identity needs create, get, list, watch and delete on toolcalls.toolgate.dev in namespace %s, e.g. the ClusterRole of config/rbac/toolcall_agent_role.yaml bound there, and verb %q on tools.toolgate.dev with resourceName %q)", g.namespace, VerbCall, tool)
 		}

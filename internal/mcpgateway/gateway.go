@@ -6,7 +6,8 @@
 // gateway.go holds the options and the server; tools.go publishes the Tools (an informer, and fresh
 // reads for tools/list); calls.go turns a tools/call into a ToolCall and its outcome into a result;
 // sessions.go tracks the calls in progress of each session and abandons them when it ends;
-// liveness.go abandons the calls of HTTP clients that are gone.
+// liveness.go abandons the calls of HTTP clients that are gone; withdraw.go deletes, as the gateway,
+// the ToolCalls of abandoned calls.
 package mcpgateway
 
 import (
@@ -19,7 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"toolgate.dev/toolgate/pkg/toolcall"
@@ -71,8 +76,17 @@ type Options struct {
 	Auth *Auth
 	// Labels are added to every ToolCall the gateway creates, besides LabelVia=mcp.
 	Labels map[string]string
-	// Logger receives the gateway's own log lines. Default: slog.Default().
-	Logger *slog.Logger
+	// Logger receives the gateway's log lines, and the MCP SDK's (its server's, and its streamable
+	// HTTP transport's unless HTTPHandler is given another): the SDK takes a *slog.Logger, which
+	// logr.ToSlogHandler makes from this one. The gateway logs with Info (what it did, or retries;
+	// V(1) for details) and Error (what an operator may have to act on). Default (the zero Logger):
+	// discarded.
+	Logger logr.Logger
+
+	// clock and backoff time the retries of a withdrawal that failed (withdraw.go); tests replace
+	// them. Default: the real clock and defaultWithdrawBackoff.
+	clock   clock.Clock
+	backoff wait.Backoff
 }
 
 // Gateway is an MCP server whose tools are the Tools of one namespace.
@@ -83,7 +97,8 @@ type Gateway struct {
 	calls     *toolcall.Client // as the gateway's own identity
 	callers   *callers         // nil without Options.Auth
 	server    *mcp.Server
-	log       *slog.Logger
+	log       logr.Logger
+	sdkLog    *slog.Logger // Options.Logger for the MCP SDK
 
 	publishedMu sync.Mutex
 	published   map[string]string // MCP tool name -> JSON of the registered definition
@@ -92,6 +107,13 @@ type Gateway struct {
 	inflight   map[string]map[*inflightCall]struct{} // session id -> calls in progress
 	closed     bool
 	running    sync.WaitGroup // calls in progress
+
+	ownedMu            sync.Mutex
+	owned              map[types.UID]*ownedCall // the ToolCalls it created, until their outcome or withdrawal
+	withdrawalsStopped bool
+	withdrawals        sync.WaitGroup // withdrawals retried in the background
+	withdrawCtx        context.Context
+	stopWithdrawals    context.CancelFunc
 }
 
 type inflightCall struct {
@@ -105,18 +127,22 @@ var (
 	errGatewayClosed = errors.New("the MCP gateway is shutting down")
 )
 
-// New returns a gateway for the Tools of namespace. c needs get/list/watch on tools and, for the
-// calls it makes as itself (stdio, or HTTP without Options.Auth), create/get/list/watch/delete on
-// toolcalls in that namespace.
+// New returns a gateway for the Tools of namespace. c is the gateway's own identity: it needs
+// get/list/watch on tools and delete on toolcalls in that namespace (it withdraws the ToolCalls of
+// abandoned calls itself, see withdraw.go) and, for the calls it makes as itself (stdio, or HTTP
+// without Options.Auth), create/get/list/watch on toolcalls there too.
 func New(c client.WithWatch, namespace string, o Options) (*Gateway, error) {
 	if o.WaitingLimit <= 0 {
 		o.WaitingLimit = DefaultWaitingLimit
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
 	if o.PingInterval == 0 {
 		o.PingInterval = DefaultPingInterval
+	}
+	if o.clock == nil {
+		o.clock = clock.RealClock{}
+	}
+	if o.backoff == (wait.Backoff{}) {
+		o.backoff = defaultWithdrawBackoff
 	}
 	labels := map[string]string{LabelVia: "mcp"}
 	maps.Copy(labels, o.Labels)
@@ -127,10 +153,13 @@ func New(c client.WithWatch, namespace string, o Options) (*Gateway, error) {
 		namespace: namespace,
 		opts:      o,
 		calls:     toolcall.New(c, namespace),
-		log:       o.Logger.With("namespace", namespace),
+		log:       o.Logger.WithValues("namespace", namespace),
+		sdkLog:    slog.New(logr.ToSlogHandler(o.Logger)),
 		published: map[string]string{},
 		inflight:  map[string]map[*inflightCall]struct{}{},
+		owned:     map[types.UID]*ownedCall{},
 	}
+	g.withdrawCtx, g.stopWithdrawals = context.WithCancel(context.Background())
 	if o.Auth != nil {
 		var err error
 		if g.callers, err = newCallers(o.Auth); err != nil {
@@ -141,7 +170,7 @@ func New(c client.WithWatch, namespace string, o Options) (*Gateway, error) {
 		Instructions: fmt.Sprintf("These tools are the Toolgate Tools of Kubernetes namespace %s. "+
 			"Every call waits until a human approves it, which may take minutes, and may be denied: "+
 			"a call that did not run returns an error result explaining why.", namespace),
-		Logger: o.Logger,
+		Logger: g.sdkLog,
 		// Advertise tools (with list_changed) even while the namespace has none yet.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})

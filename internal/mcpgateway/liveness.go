@@ -44,7 +44,7 @@ func (g *Gateway) pingClient(ctx context.Context, ss *mcp.ServerSession, abandon
 		case isMethodNotFound(err):
 			// A client that does not implement ping (MCP requires it) cannot be checked: its call
 			// waits until its waiting limit as before.
-			g.log.Warn("the MCP client does not answer ping; a call it abandons waits for its waiting limit", "session", ss.ID())
+			g.log.Info("the MCP client does not answer ping; a call it abandons waits for its waiting limit", "session", ss.ID())
 			return
 		}
 		g.log.Info("the MCP client of a call in progress is gone; abandoning the call", "session", ss.ID(), "error", err)

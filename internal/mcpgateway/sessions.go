@@ -6,19 +6,28 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Sessions: the calls in progress of each session, so that they are abandoned (their ToolCalls
-// deleted) when the session ends or the gateway closes.
+// withdrawn) when the session ends or the gateway closes.
 
 // HTTPHandler serves the gateway over MCP's streamable HTTP transport, one stateful session per
 // client. When a client ends its session (HTTP DELETE), its calls still waiting are abandoned: their
-// ToolCalls are deleted, which cancels their approval requests.
+// ToolCalls are deleted, which cancels their approval requests. Without opts.Logger the transport
+// logs to Options.Logger.
 func (g *Gateway) HTTPHandler(opts *mcp.StreamableHTTPOptions) http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, opts)
+	var o mcp.StreamableHTTPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = g.sdkLog
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &o)
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodDelete {
 			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
@@ -79,11 +88,13 @@ func (g *Gateway) abandonSession(session, owner string) {
 	}
 }
 
-// Close abandons every call in progress, as if each client had cancelled it: their ToolCalls are
-// deleted, which cancels their approval requests, so no tool runs for a caller that is gone. Calls
-// that arrive afterwards are refused. Close waits until the abandoned calls have returned, or until
-// ctx ends. Call it before stopping the transports: the SDK closes a session only once its requests
-// have returned.
+// Close abandons every call in progress, as if each client had cancelled it: the gateway withdraws
+// their ToolCalls (deletes them as itself), which cancels their approval requests, so no tool runs
+// for a caller that is gone. Calls that arrive afterwards are refused. Close waits until the
+// abandoned calls have returned and the withdrawals still being retried (the apiserver was
+// unreachable) have ended, or until ctx ends: then it stops those retries, waits for them to return,
+// and reports the ToolCalls left behind. Call it before stopping the transports: the SDK closes a
+// session only once its requests have returned.
 func (g *Gateway) Close(ctx context.Context) error {
 	g.inflightMu.Lock()
 	g.closed = true
@@ -95,15 +106,40 @@ func (g *Gateway) Close(ctx context.Context) error {
 	for _, c := range calls {
 		c.cancel(errGatewayClosed)
 	}
-	done := make(chan struct{})
+	returned := make(chan struct{})
 	go func() {
 		g.running.Wait()
-		close(done)
+		close(returned)
 	}()
 	select {
-	case <-done:
-		return nil
+	case <-returned:
 	case <-ctx.Done():
+		g.endWithdrawals()
+		g.withdrawals.Wait() // stopped, they return at once; no new one starts
 		return fmt.Errorf("%d abandoned calls had not returned: %w", len(calls), ctx.Err())
 	}
+	// No call is in progress and none can start: no retry starts any more either.
+	withdrawn := make(chan struct{})
+	go func() {
+		g.withdrawals.Wait()
+		close(withdrawn)
+	}()
+	select {
+	case <-withdrawn:
+		g.endWithdrawals()
+		return nil
+	case <-ctx.Done():
+		left := g.ownedNames()
+		g.endWithdrawals()
+		<-withdrawn
+		return fmt.Errorf("ToolCalls %s could not be withdrawn (delete them to cancel their approval requests): %w", strings.Join(left, ", "), ctx.Err())
+	}
+}
+
+// endWithdrawals stops the withdrawals being retried; none starts afterwards.
+func (g *Gateway) endWithdrawals() {
+	g.ownedMu.Lock()
+	g.withdrawalsStopped = true
+	g.ownedMu.Unlock()
+	g.stopWithdrawals()
 }

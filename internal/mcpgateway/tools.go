@@ -51,7 +51,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}},
 	})
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		g.log.Warn("watching Tools failed; the informer retries", "error", err)
+		g.log.Info("watching Tools failed; the informer retries", "error", err)
 	}); err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) republish(name string, indexer cache.Indexer) {
 	objs, err := indexer.ByIndex(indexToolName, name)
 	if err != nil {
-		g.log.Error("cannot look up Tools by toolName", "tool", name, "error", err)
+		g.log.Error(err, "cannot look up Tools by toolName", "tool", name)
 		return
 	}
 	tools := make([]tg.Tool, 0, len(objs))
@@ -103,14 +103,14 @@ func (g *Gateway) republish(name string, indexer cache.Indexer) {
 	}
 	def, err := json.Marshal(t)
 	if err != nil {
-		g.log.Error("cannot publish tool", "tool", name, "error", err)
+		g.log.Error(err, "cannot publish tool", "tool", name)
 		return
 	}
 	if g.published[name] == string(def) {
 		return
 	}
 	if err := g.addTool(t); err != nil {
-		g.log.Error("cannot publish tool", "tool", name, "error", err)
+		g.log.Error(err, "cannot publish tool", "tool", name)
 		return
 	}
 	g.published[name] = string(def)

@@ -1,15 +1,11 @@
-// Package provider is the approvals provider's HTTP API as Toolgate speaks it: the wire types, the
-// client (Submit, Wait, Cancel) and its typed errors.
+// Package provider is the Agent Approval Protocol v1 (AAP) as Toolgate speaks it to an approvals
+// provider: the wire types, the one table of error codes (codes.go), the client (Submit, Wait,
+// Cancel) and its typed errors.
 package provider
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"time"
-
-	"github.com/gowebpki/jcs"
 )
 
 // Request statuses.
@@ -21,36 +17,26 @@ const (
 	StatusCancelled = "cancelled"
 )
 
-// Problem codes (application/problem+json "code").
+// Headers and content types.
 const (
-	CodeInvalidRequest        = "invalid_request"
-	CodeIdempotencyKeyMissing = "idempotency_key_missing"
-	CodeInvalidTimeout        = "invalid_timeout"
-	CodeUnauthenticated       = "unauthenticated"
-	CodeNotFound              = "not_found"
-	CodeIdempotencyInFlight   = "idempotency_in_flight"
-	CodeAlreadyDecided        = "already_decided"
-	CodeIdempotencyKeyReused  = "idempotency_key_reused"
-	CodeRateLimited           = "rate_limited"
-	CodeInternal              = "internal"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderRequestID      = "X-Request-ID"
+	ContentTypeJSON      = "application/json"
+	// ContentTypeProblemJSON is the former dialect's error body type (AAP's errors are JSON
+	// ErrorResponses): kept only until its last user moves off it.
+	ContentTypeProblemJSON = "application/problem+json"
 )
 
-// Headers.
+// Limits.
 const (
-	HeaderIdempotencyKey           = "Idempotency-Key"
-	HeaderIdempotentReplayed       = "Idempotent-Replayed"
-	HeaderRequestID                = "X-Request-ID"
-	ContentTypeJSON                = "application/json"
-	ContentTypeProblemJSON         = "application/problem+json"
-	MaxLongPollWait                = 55 * time.Second
-	DefaultLongPollWait            = 30 * time.Second
-	MaxRequestBodyBytes      int64 = 256 << 10
+	// MaxLongPollWait is AAP's cap on a long poll's wait (GET /v1/requests/{id}?wait=): Wait never asks
+	// for more, and the manager's --poll-wait refuses more.
+	MaxLongPollWait = 30 * time.Second
+	// DefaultLongPollWait is the wait the manager asks for unless told otherwise.
+	DefaultLongPollWait = 30 * time.Second
+	// MaxRequestBodyBytes bounds the body of a request a provider reads.
+	MaxRequestBodyBytes int64 = 256 << 10
 )
-
-// HeaderRequester carries, on a submission, who asked for the tool call (the ToolCall's
-// spec.requester.username, percent-encoded where not printable ASCII). Not in the seed: the body stays
-// exactly {tool, arguments, timeout}, and a provider that does not know the header ignores it.
-const HeaderRequester = "Toolgate-Requester"
 
 // IsTerminal reports whether a request status is final.
 func IsTerminal(status string) bool {
@@ -61,13 +47,6 @@ func IsTerminal(status string) bool {
 	return false
 }
 
-// SubmitBody is the body of POST /v1/requests.
-type SubmitBody struct {
-	Tool      string          `json:"tool"`
-	Arguments json.RawMessage `json:"arguments"`
-	Timeout   string          `json:"timeout"`
-}
-
 // Decision is a request's decision.
 type Decision struct {
 	Status    string     `json:"status"`
@@ -76,25 +55,89 @@ type Decision struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
-// Request is an approval request as the provider returns it.
-type Request struct {
-	ID        string          `json:"id"`
+// CreateApprovalRequest is the body of POST /v1/requests: exactly AAP's CreateApprovalRequest.
+type CreateApprovalRequest struct {
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
-	// ArgumentsSHA256 is optional: the seed's wire format has no such field. The reference provider
-	// sends it; a response that carries it must carry the submitted arguments' hash.
-	ArgumentsSHA256 string    `json:"arguments_sha256,omitempty"`
-	Timeout         string    `json:"timeout"`
-	Status          string    `json:"status"`
-	CreatedAt       time.Time `json:"created_at"`
-	DeadlineAt      time.Time `json:"deadline_at"`
-	Decision        *Decision `json:"decision,omitempty"`
-	// Requester is optional: the seed's wire format has no such field. The reference provider records
-	// the Toolgate-Requester header of the submission here, shows it to approvers and echoes it.
+	Timeout   string          `json:"timeout"`
+	// AgentReasoning is the agent's own explanation, which a provider presents as the agent's claim.
+	AgentReasoning string `json:"agent_reasoning,omitempty"`
+	// Context holds runtime facts observed by the adapter (a JSON object); it establishes no identity.
+	Context json.RawMessage `json:"context,omitempty"`
+}
+
+// ErrorResponse is the body of every AAP error response.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is an ErrorResponse's error.
+type ErrorBody struct {
+	Type      string `json:"type"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Param     string `json:"param,omitempty"`
+	RequestID string `json:"request_id"`
+}
+
+// ProvisionInstanceRequest is the body of POST /v1/instances.
+type ProvisionInstanceRequest struct {
+	InstanceName string                `json:"instance_name,omitempty"`
+	Delivery     *WebhookDeliveryInput `json:"delivery,omitempty"`
+}
+
+// WebhookDeliveryInput is a proposed delivery configuration (asynchronous mode).
+type WebhookDeliveryInput struct {
+	Type           string `json:"type"`
+	URL            string `json:"url"`
+	RegistrationID string `json:"registration_id"`
+	SigningSecret  string `json:"signing_secret"`
+}
+
+// WebhookDelivery is an instance's active delivery configuration; it never holds the secret.
+type WebhookDelivery struct {
+	Type           string `json:"type"`
+	URL            string `json:"url"`
+	RegistrationID string `json:"registration_id"`
+}
+
+// Instance is one installed adapter at the provider.
+type Instance struct {
+	ID       string           `json:"id"`
+	Name     string           `json:"name"`
+	Delivery *WebhookDelivery `json:"delivery,omitempty"`
+}
+
+// IssuedCredential is an instance credential as provisioning returns it.
+type IssuedCredential struct {
+	Token     string     `json:"token"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ProvisionInstanceResponse is the answer to POST /v1/instances.
+type ProvisionInstanceResponse struct {
+	Instance   Instance         `json:"instance"`
+	Credential IssuedCredential `json:"credential"`
+}
+
+// Request is an approval request as the provider returns it (AAP's ApprovalRequest).
+type Request struct {
+	ID             string          `json:"id"`
+	Tool           string          `json:"tool"`
+	Arguments      json.RawMessage `json:"arguments"`
+	AgentReasoning string          `json:"agent_reasoning,omitempty"`
+	Context        json.RawMessage `json:"context,omitempty"`
+	Timeout        string          `json:"timeout"`
+	Status         string          `json:"status"`
+	CreatedAt      time.Time       `json:"created_at"`
+	DeadlineAt     time.Time       `json:"deadline_at"`
+	Decision       *Decision       `json:"decision,omitempty"`
+	// Requester is not AAP's (who asked travels in context): kept only until its last user moves off it.
 	Requester string `json:"requester,omitempty"`
 }
 
-// Problem is an application/problem+json error body.
+// Problem is the former dialect's application/problem+json error body, which AAP does not have (its
+// errors are ErrorResponse): kept only until its last user moves off it.
 type Problem struct {
 	Type   string `json:"type,omitempty"`
 	Title  string `json:"title,omitempty"`
@@ -103,31 +146,4 @@ type Problem struct {
 	Code   string `json:"code"`
 	// Request is the current request, for 409 already_decided.
 	Request *Request `json:"request,omitempty"`
-}
-
-// ArgumentsSHA256 is the lowercase hex SHA-256 of the RFC 8785 canonical form of a JSON document.
-func ArgumentsSHA256(arguments []byte) (string, error) {
-	canonical, err := jcs.Transform(arguments)
-	if err != nil {
-		return "", fmt.Errorf("canonicalising arguments: %w", err)
-	}
-	return sha256Hex(canonical), nil
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// FormatTimeout renders a duration the way the provider's timeout field expects it (e.g. 30m, 1h2m3s).
-func FormatTimeout(d time.Duration) string {
-	d = d.Truncate(time.Second)
-	s := d.String()
-	// time.Duration renders 30m as "30m0s"; trim zero units for readability.
-	for _, suffix := range []string{"m0s", "h0m"} {
-		if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
-			s = s[:len(s)-len(suffix)+1]
-		}
-	}
-	return s
 }

@@ -6,29 +6,19 @@ import (
 	"time"
 )
 
-// Client-side error codes, used where the provider sent no problem code.
-const (
-	CodeNetwork    = "network"
-	CodeTimeout    = "timeout"
-	CodeHTTPStatus = "http_status"
-	CodeMalformed  = "malformed_response"
-	CodeTooLarge   = "response_too_large"
-	CodeUntrusted  = "untrusted_response"
-	// CodeCancelUnsupported: the provider has no cancel endpoint (404, 405 or 501 on it).
-	CodeCancelUnsupported = "cancel_unsupported"
-)
-
 // Error is every error the client returns. Retryable says whether the same call may succeed if
-// repeated (network errors, timeouts, 408, 409 in flight, 429, 5xx); everything else is final for
-// that call.
+// repeated, as the table of codes (Codes) says for Code: network errors, timeouts (and 408), 429,
+// 500, 502, 503 and 504; everything else is final for that call.
 type Error struct {
 	// Op is the call: submit, wait or cancel.
 	Op string
 	// StatusCode is the HTTP status, 0 when no response was read.
 	StatusCode int
-	// Code is the problem+json code, or one of the client-side codes.
+	// Code is the ErrorResponse's code where it fits the status, else the status's own (statusCode), or
+	// one of the client's codes. Always one of Codes.
 	Code string
-	// Detail is the provider's detail or a description of what was wrong. It never holds the credential.
+	// Detail is the provider's message (with its param, and a code not acted on) or a description of
+	// what was wrong. It never holds the credential.
 	Detail string
 	// Retryable is true when repeating the call may succeed.
 	Retryable bool
@@ -79,25 +69,13 @@ func IsUntrusted(err error) bool {
 	return false
 }
 
-// CannotCancel reports whether err means the provider cannot cancel the request: it offers no cancel
-// endpoint, or no longer knows the request. Nothing is pending there that a retry could cancel.
+// CannotCancel reports whether err means the provider cannot cancel the request: it answered the
+// DELETE 404, 405 or 501 (no cancel operation, or no such request). Nothing is pending there that a
+// retry could cancel, and the caller never waits on it.
 func CannotCancel(err error) bool {
 	var pe *Error
-	if !errors.As(err, &pe) || pe.Op != "cancel" {
+	if !errors.As(err, &pe) || pe.Op != opCancel {
 		return false
 	}
 	return pe.Code == CodeCancelUnsupported || pe.Code == CodeNotFound
-}
-
-// retryableStatus reports whether an HTTP status (with its code) is worth repeating.
-func retryableStatus(status int, code string) bool {
-	switch {
-	case code == CodeCancelUnsupported:
-		return false
-	case status == 408, status == 429, status >= 500:
-		return true
-	case status == 409:
-		return code == CodeIdempotencyInFlight
-	}
-	return false
 }

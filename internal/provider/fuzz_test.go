@@ -26,12 +26,24 @@ import (
 // decodeSeeds are provider bodies, well formed and hostile.
 var decodeSeeds = []string{
 	// Well formed, one per status.
-	`{"id":"req-1","tool":"issue_refund","arguments":{"amount":4900},"arguments_sha256":"ab","timeout":"30m","status":"pending","created_at":"2026-09-16T12:00:00Z","deadline_at":"2026-09-16T12:30:00Z"}`,
+	`{"id":"req-1","tool":"issue_refund","arguments":{"amount":4900},"timeout":"30m","status":"pending","created_at":"2026-09-16T12:00:00Z","deadline_at":"2026-09-16T12:30:00Z"}`,
 	`{"id":"req-1","tool":"issue_refund","status":"approved","decision":{"status":"approved","note":"ok","decided_at":"2026-09-16T12:01:00Z","expires_at":"2026-09-16T12:06:00Z"}}`,
 	`{"id":"req-1","tool":"issue_refund","status":"denied","decision":{"status":"denied","note":"no","decided_at":"2026-09-16T12:01:00Z"}}`,
 	`{"id":"req-1","status":"expired","decision":{"status":"expired"}}`,
+	`{"id":"req-1","status":"cancelled","decision":{"status":"cancelled","decided_at":"2026-09-16T12:01:00Z"}}`,
 	`{"id":"req-1","status":"cancelled"}`,
 	`{"id":"req-1","status":"denied","decision":{}}`,
+	// Decisions where AAP has none, or not of the request's status, or valid until a time where only an
+	// approval is.
+	`{"id":"req-1","status":"pending","decision":{}}`,
+	`{"id":"req-1","status":"pending","decision":null}`,
+	`{"id":"req-1","status":"denied","decision":{"status":"denied","decided_at":"2026-09-16T12:01:00Z","expires_at":"2026-09-16T12:06:00Z"}}`,
+	`{"id":"req-1","status":"cancelled","decision":{"status":"expired","decided_at":"2026-09-16T12:01:00Z"}}`,
+	// Approvals valid from before they were decided, or only at the instant they were.
+	`{"id":"req-1","status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:06:00Z","expires_at":"2026-09-16T12:06:00Z"}}`,
+	`{"id":"req-1","status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:07:00Z","expires_at":"2026-09-16T12:06:00Z"}}`,
+	`{"id":"req-1","status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T13:06:00+01:00","expires_at":"2026-09-16T12:06:00.000000001Z"}}`,
+	`{"id":"req-1","status":"approved","decision":{"status":"approved","expires_at":"2026-09-16T12:06:00Z"}}`,
 	// An approval without a usable expires_at.
 	`{"id":"req-1","status":"approved","decision":{"status":"approved"}}`,
 	`{"id":"req-1","status":"approved","decision":{"status":"approved","expires_at":null}}`,
@@ -94,8 +106,9 @@ var decodeSeeds = []string{
 }
 
 // FuzzDecodeRequest: DecodeRequest never panics; whatever it accepts is exactly one JSON document
-// and a well-formed request (known status, an approval always with a decision and a non-zero
-// expires_at); encoding an accepted request and decoding it again gives the same request.
+// and a well-formed request (wellFormed: a known status, a decision exactly when terminal and of the
+// same status, an approval valid from decided_at until a later expires_at, no expires_at otherwise);
+// encoding an accepted request and decoding it again gives the same request.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, seed := range decodeSeeds {
 		f.Add([]byte(seed))
@@ -140,42 +153,35 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 // FuzzRefMatches: a response whose id (when one is known), tool or echoed arguments (in RFC 8785
-// canonical form) differ from the submitted ones, or whose arguments_sha256 (when present) is not the
-// submitted arguments' hash, is refused with a message naming the field; any other is accepted.
+// canonical form) differ from the submitted ones is refused with a message naming the field; any
+// other is accepted.
 func FuzzRefMatches(f *testing.F) {
-	sum, err := provider.ArgumentsSHA256(arguments)
-	if err != nil {
-		f.Fatal(err)
-	}
 	args := string(arguments)
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, sum)
-	f.Add("", "issue_refund", "req-1", "issue_refund", args, sum)
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"currency":"GBP","amount":4900,"payment_id":"payment_123"}`, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4.9e3,"currency":"GBP"}`, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, sum)
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","to":"x"}`, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":"4900","currency":"GBP"}`, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", ``, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `null`, sum)
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123",`, "")
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, strings.ToUpper(sum))
-	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args, strings.Repeat("0", 64))
-	f.Add("req-1", "issue_refund", "req-2", "issue_refund", args, sum)
-	f.Add("req-1", "issue_refund", "REQ-1", "issue_refund", args, "")
-	f.Add("req-1", "issue_refund", "", "issue_refund", args, "")
-	f.Add("req-1", "issue_refund", "req-1", "delete_account", args, "")
-	f.Add("req-1", "issue_refund", "req-1", "Issue_Refund", args, sum)
-	f.Add("", "", "", "", "", "")
-	f.Add("", "issue_refund", "req-\xff", "issue_refund\x00", args, sum+"\n")
-	f.Fuzz(func(t *testing.T, refID, refTool, id, tool, echoed, echoedSum string) {
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", args)
+	f.Add("", "issue_refund", "req-1", "issue_refund", args)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"currency":"GBP","amount":4900,"payment_id":"payment_123"}`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4.9e3,"currency":"GBP"}`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","to":"x"}`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":"4900","currency":"GBP"}`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","amount":4901}`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", ``)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `null`)
+	f.Add("req-1", "issue_refund", "req-1", "issue_refund", `{"payment_id":"payment_123",`)
+	f.Add("req-1", "issue_refund", "req-2", "issue_refund", args)
+	f.Add("req-1", "issue_refund", "REQ-1", "issue_refund", args)
+	f.Add("req-1", "issue_refund", "", "issue_refund", args)
+	f.Add("req-1", "issue_refund", "req-1", "delete_account", args)
+	f.Add("req-1", "issue_refund", "req-1", "Issue_Refund", args)
+	f.Add("", "", "", "", "")
+	f.Add("", "issue_refund", "req-\xff", "issue_refund\x00", args)
+	f.Fuzz(func(t *testing.T, refID, refTool, id, tool, echoed string) {
 		ref, err := provider.Submission{Tool: refTool, Arguments: arguments}.Ref()
 		if err != nil {
 			t.Fatal(err)
 		}
 		ref.ID = refID
-		r := &provider.Request{ID: id, Tool: tool, Arguments: json.RawMessage(echoed), ArgumentsSHA256: echoedSum, Status: provider.StatusApproved}
+		r := &provider.Request{ID: id, Tool: tool, Arguments: json.RawMessage(echoed), Status: provider.StatusApproved}
 		err = ref.Matches(r)
 
 		submitted, _ := jcs.Transform(arguments)
@@ -188,8 +194,6 @@ func FuzzRefMatches(f *testing.F) {
 			want = "names tool"
 		case cerr != nil || !bytes.Equal(got, submitted):
 			want = "arguments"
-		case echoedSum != "" && echoedSum != sum:
-			want = "arguments_sha256"
 		}
 		if want == "" {
 			if err != nil {
@@ -201,19 +205,17 @@ func FuzzRefMatches(f *testing.F) {
 			return
 		}
 		if err == nil {
-			t.Fatalf("a response with id %q tool %q arguments %q hash %q was accepted for ref %+v", id, tool, echoed, echoedSum, ref)
+			t.Fatalf("a response with id %q tool %q arguments %q was accepted for ref %+v", id, tool, echoed, ref)
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("the refusal %q does not name what differs (want %q)", err, want)
 		}
-		if want == "arguments" || want == "arguments_sha256" {
-			if r.Covers(arguments) == nil {
-				t.Fatalf("Covers accepted arguments %q hash %q that Matches refused", echoed, echoedSum)
-			}
+		if want == "arguments" && r.Covers(arguments) == nil {
+			t.Fatalf("Covers accepted arguments %q that Matches refused", echoed)
 		}
 		// Not knowing the id yet (a submission) never lets another tool or other arguments through.
-		if want != "is about request" && (provider.Ref{Tool: refTool, Arguments: ref.Arguments, ArgumentsSHA256: ref.ArgumentsSHA256}).Matches(r) == nil {
-			t.Fatalf("without an id, tool %q arguments %q hash %q was accepted for tool %q", tool, echoed, echoedSum, refTool)
+		if want != "is about request" && (provider.Ref{Tool: refTool, Arguments: ref.Arguments}).Matches(r) == nil {
+			t.Fatalf("without an id, tool %q arguments %q was accepted for tool %q", tool, echoed, refTool)
 		}
 	})
 }
@@ -224,6 +226,7 @@ var fuzzStatuses = []int{
 	http.StatusFound, http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound,
 	http.StatusRequestTimeout, http.StatusUnprocessableEntity, http.StatusTooManyRequests,
 	http.StatusInternalServerError, http.StatusServiceUnavailable,
+	http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusMethodNotAllowed, http.StatusNotImplemented,
 }
 
 var fuzzOps = []string{"submit", "wait", "cancel"}
@@ -231,74 +234,77 @@ var fuzzOps = []string{"submit", "wait", "cancel"}
 const fuzzMaxBody = 16 << 10
 
 // FuzzClientResponse runs Submit, Wait or Cancel against a provider on a real loopback socket that
-// answers with a fuzzed status and body. The client either returns a typed error (never retryable
-// on a response it could not trust) or a well-formed request about the submitted one, read from a
-// body that decodes strictly; it never returns an approval without a non-zero expires_at.
+// answers with a fuzzed status and body (and, to the read a cancel's 409 makes, with a fuzzed
+// request). The client either returns a typed error (never retryable on a response it could not
+// trust, nor on a status the table of codes does not retry) or a well-formed request about the
+// submitted one, read from a body that decodes strictly; it never returns an approval without a
+// non-zero expires_at later than its decided_at.
 func FuzzClientResponse(f *testing.F) {
-	sum, err := provider.ArgumentsSHA256(arguments)
-	if err != nil {
-		f.Fatal(err)
-	}
-	head := fmt.Sprintf(`"id":"%s","tool":"%s","arguments":%s,"arguments_sha256":"%s","timeout":"30m","created_at":"2026-09-16T12:00:00Z","deadline_at":"2026-09-16T12:30:00Z"`,
-		requestID, tool, arguments, sum)
+	head := fmt.Sprintf(`"id":"%s","tool":"%s","arguments":%s,"timeout":"30m","created_at":"2026-09-16T12:00:00Z","deadline_at":"2026-09-16T12:30:00Z"`,
+		requestID, tool, arguments)
 	pending := `{` + head + `,"status":"pending"}`
 	approvedBody := `{` + head + `,"status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:01:00Z","expires_at":"2026-09-16T12:06:00Z"}}`
 	noExpiry := `{` + head + `,"status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:01:00Z"}}`
+	backwards := `{` + head + `,"status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:07:00Z","expires_at":"2026-09-16T12:06:00Z"}}`
 	denied := `{` + head + `,"status":"denied","decision":{"status":"denied","note":"no"}}`
-	cancelled := `{` + head + `,"status":"cancelled","decision":{"status":"cancelled"}}`
-	conflict := func(req string) string {
-		return `{"status":409,"code":"already_decided","detail":"decided","request":` + req + `}`
+	cancelled := `{` + head + `,"status":"cancelled","decision":{"status":"cancelled","decided_at":"2026-09-16T12:01:00Z"}}`
+	aapError := func(typ, code string) string {
+		return `{"error":{"type":"` + typ + `","code":"` + code + `","message":"m","request_id":"1184dfc5-0e86-4f88-9b68-882b1dc60467"}}`
 	}
 	seeds := []struct {
 		op, status int
-		body       string
+		body, read string
 	}{
-		{0, 1, pending}, {0, 1, approvedBody}, {0, 1, noExpiry}, {0, 0, denied},
-		{1, 0, pending}, {1, 0, approvedBody}, {1, 0, noExpiry}, {1, 0, denied}, {1, 0, pending + "}"},
-		{2, 0, cancelled}, {2, 0, approvedBody},
-		{2, 2, conflict(approvedBody)}, {2, 2, conflict(noExpiry)}, {2, 2, conflict(denied)},
-		{2, 2, conflict(`{` + head + `,"status":"approved","decision":{"status":"approved","expires_at":"2026-09-16T12:06:00Z"},"created_at":"garbage"}`)},
-		{2, 2, conflict(`{` + head + `,"status":"approved","timeout":30,"decision":{"status":"approved","expires_at":"2026-09-16T12:06:00Z"}}`)},
-		{2, 2, conflict(approvedBody) + "x"},
-		{1, 3, approvedBody}, {0, 4, approvedBody}, {1, 5, approvedBody},
-		{0, 6, `{"status":400,"code":"invalid_request","detail":"arguments must be an object"}`},
-		{1, 7, `{"status":401,"code":"unauthenticated"}`},
-		{1, 8, `{"status":404,"code":"not_found"}`},
-		{0, 2, `{"status":409,"code":"idempotency_in_flight"}`},
-		{1, 11, `{"status":429,"code":"rate_limited"}`},
-		{2, 13, `<html>unavailable</html>`},
-		{1, 0, `{"id":"req-1","status":"approved","padding":"` + strings.Repeat("x", fuzzMaxBody) + `"}`},
-		{1, 0, ``},
+		{0, 1, pending, ""}, {0, 1, approvedBody, ""}, {0, 1, noExpiry, ""}, {0, 0, denied, ""}, {0, 0, backwards, ""},
+		{1, 0, pending, ""}, {1, 0, approvedBody, ""}, {1, 0, noExpiry, ""}, {1, 0, denied, ""}, {1, 0, pending + "}", ""},
+		{2, 0, cancelled, ""}, {2, 0, approvedBody, ""}, {2, 0, pending, ""},
+		{2, 2, aapError("conflict", "already_terminal"), approvedBody}, {2, 2, aapError("conflict", "already_terminal"), noExpiry},
+		{2, 2, aapError("conflict", "already_terminal"), denied}, {2, 2, aapError("conflict", "already_terminal"), pending},
+		{2, 2, `conflict`, approvedBody}, {2, 2, ``, backwards},
+		{2, 2, aapError("conflict", "already_terminal"), `{` + head + `,"status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:01:00Z","expires_at":"2026-09-16T12:06:00Z"},"created_at":"garbage"}`},
+		{2, 2, aapError("conflict", "instance_deleted"), approvedBody},
+		{2, 2, aapError("conflict", "already_terminal"), approvedBody + "x"},
+		{1, 3, approvedBody, ""}, {0, 4, approvedBody, ""}, {1, 5, approvedBody, ""},
+		{0, 6, aapError("invalid_request", "invalid_request"), ""},
+		{1, 7, aapError("authentication", "unauthenticated"), ""},
+		{1, 8, aapError("not_found", "not_found"), ""},
+		{2, 8, aapError("not_found", "not_found"), ""},
+		{0, 2, aapError("conflict", "idempotency_conflict"), ""},
+		{0, 2, aapError("conflict", "rate_limited"), ""},
+		{1, 11, aapError("rate_limit", "rate_limited"), ""},
+		{1, 12, aapError("internal", "invalid_request"), ""},
+		{2, 13, `<html>unavailable</html>`, ""},
+		{1, 0, `{"id":"req-1","status":"approved","padding":"` + strings.Repeat("x", fuzzMaxBody) + `"}`, ""},
+		{1, 0, ``, ""},
 	}
 	for _, s := range seeds {
-		f.Add(uint8(s.op), uint8(s.status), []byte(s.body))
+		f.Add(uint8(s.op), uint8(s.status), []byte(s.body), []byte(s.read))
 	}
 
 	var answer struct {
 		sync.Mutex
-		status int
-		body   []byte
+		status     int
+		body, read []byte
 	}
-	url := serveLoopback(f, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	url := serveLoopback(f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		answer.Lock()
-		status, body := answer.status, answer.body
+		status, body, read := answer.status, answer.body, answer.read
 		answer.Unlock()
-		contentType := provider.ContentTypeJSON
-		if status >= 300 {
-			contentType = provider.ContentTypeProblemJSON
+		if r.Method == http.MethodGet && r.URL.RawQuery == "" {
+			status, body = http.StatusOK, read // a cancel's read
 		}
-		respond(w, status, contentType, body)
+		respond(w, status, provider.ContentTypeJSON, body)
 	}))
 	c := fuzzClient(f, url)
 	var serial sync.Mutex
 
-	f.Fuzz(func(t *testing.T, opSel, statusSel uint8, body []byte) {
+	f.Fuzz(func(t *testing.T, opSel, statusSel uint8, body, read []byte) {
 		serial.Lock()
 		defer serial.Unlock()
 		op := fuzzOps[int(opSel)%len(fuzzOps)]
 		status := fuzzStatuses[int(statusSel)%len(fuzzStatuses)]
 		answer.Lock()
-		answer.status, answer.body = status, body
+		answer.status, answer.body, answer.read = status, body, read
 		answer.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -314,7 +320,7 @@ func FuzzClientResponse(f *testing.F) {
 		case "submit":
 			req, err = c.Submit(ctx, submission("toolcall-uid-1"))
 		case "wait":
-			req, err = c.Wait(ctx, ref, 0)
+			req, err = c.Wait(ctx, ref, time.Second)
 		case "cancel":
 			req, err = c.Cancel(ctx, ref)
 		}
@@ -327,17 +333,25 @@ func FuzzClientResponse(f *testing.F) {
 			if !errors.As(err, &pe) {
 				t.Fatalf("%s returned an untyped error %T: %v", op, err, err)
 			}
-			// A cancel answered 409 without the current request reads it with a GET.
-			if pe.Op != op && !(op == "cancel" && status == http.StatusConflict && pe.Op == "wait") {
+			// A cancel answered 409 reads the request with a GET.
+			conflictRead := op == "cancel" && status == http.StatusConflict && pe.Op == "wait"
+			if pe.Op != op && !conflictRead {
 				t.Fatalf("error names op %q, want %q", pe.Op, op)
+			}
+			if _, known := provider.Codes[pe.Code]; !known {
+				t.Fatalf("%s: the error's code %q is not in the table", op, pe.Code)
 			}
 			if strings.Contains(err.Error(), credential) {
 				t.Fatalf("the error carries the credential: %v", err)
 			}
-			retryableStatus := status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 ||
-				(status == http.StatusConflict && pe.Code == provider.CodeIdempotencyInFlight)
+			retryableStatus := status == http.StatusRequestTimeout || status == http.StatusTooManyRequests ||
+				status == http.StatusInternalServerError || status == http.StatusBadGateway ||
+				status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 			if pe.Retryable && !retryableStatus {
 				t.Fatalf("%s: HTTP %d answered with a retryable error: %v", op, status, err)
+			}
+			if conflictRead {
+				return
 			}
 			if (status == http.StatusOK || status == http.StatusCreated) && !provider.IsUntrusted(err) {
 				t.Fatalf("%s: a refused HTTP %d body is not reported as untrusted: %v", op, status, err)
@@ -360,21 +374,26 @@ func FuzzClientResponse(f *testing.F) {
 		}
 		echoed, cerr := jcs.Transform(req.Arguments)
 		submitted, _ := jcs.Transform(arguments)
-		if req.Tool != tool || cerr != nil || !bytes.Equal(echoed, submitted) || (req.ArgumentsSHA256 != "" && req.ArgumentsSHA256 != sum) ||
-			(op != "submit" && req.ID != requestID) {
-			t.Fatalf("%s returned a request about something else: id %q tool %q arguments %s hash %q\nbody: %q", op, req.ID, req.Tool, req.Arguments, req.ArgumentsSHA256, body)
+		if req.Tool != tool || cerr != nil || !bytes.Equal(echoed, submitted) || (op != "submit" && req.ID != requestID) {
+			t.Fatalf("%s returned a request about something else: id %q tool %q arguments %s\nbody: %q", op, req.ID, req.Tool, req.Arguments, body)
 		}
-		if !json.Valid(body) {
-			t.Fatalf("%s accepted a body that is not exactly one JSON document: %q", op, body)
-		}
+		accepted := body
 		if conflictAnswer {
-			var p provider.Problem
-			if perr := json.Unmarshal(body, &p); perr != nil {
-				t.Fatalf("cancel accepted an already_decided answer that does not decode: %v\nbody: %q", perr, body)
+			// The 409 is no ErrorResponse naming another code AAP gives a 409; the read answered.
+			if e, ok := errorCode(body); ok && e != provider.CodeAlreadyTerminal && provider.Codes[e].Status == http.StatusConflict {
+				t.Fatalf("cancel read the request after a 409 %s: %q", e, body)
 			}
-			return
+			if !provider.IsTerminal(req.Status) {
+				t.Fatalf("cancel returned a %s request after a 409", req.Status)
+			}
+			accepted = read
+		} else if op == "cancel" && req.Status != provider.StatusCancelled {
+			t.Fatalf("cancel returned a %s request on HTTP %d", req.Status, status)
 		}
-		if _, derr := provider.DecodeRequest(body); derr != nil {
+		if !json.Valid(accepted) {
+			t.Fatalf("%s accepted a body that is not exactly one JSON document: %q", op, accepted)
+		}
+		if _, derr := provider.DecodeRequest(accepted); derr != nil {
 			t.Fatalf("%s accepted a body DecodeRequest refuses: %v", op, derr)
 		}
 	})
@@ -385,26 +404,48 @@ func wellFormed(r *provider.Request) error {
 	if r.ID == "" {
 		return errors.New("no id")
 	}
+	d := r.Decision
 	switch r.Status {
 	case provider.StatusPending:
+		if d != nil {
+			return errors.New("pending with a decision")
+		}
 		return nil
 	case provider.StatusApproved:
 		switch {
-		case r.Decision == nil:
+		case d == nil:
 			return errors.New("approved without a decision")
-		case r.Decision.Status != provider.StatusApproved:
-			return fmt.Errorf("approved with decision.status %q", r.Decision.Status)
-		case r.Decision.ExpiresAt == nil || r.Decision.ExpiresAt.IsZero():
+		case d.Status != provider.StatusApproved:
+			return fmt.Errorf("approved with decision.status %q", d.Status)
+		case d.ExpiresAt == nil || d.ExpiresAt.IsZero():
 			return errors.New("approved without a non-zero decision.expires_at")
+		case d.DecidedAt == nil || d.DecidedAt.IsZero():
+			return errors.New("approved without a non-zero decision.decided_at")
+		case !d.DecidedAt.Before(*d.ExpiresAt):
+			return fmt.Errorf("approved, valid from %s until %s", d.DecidedAt, d.ExpiresAt)
 		}
 		return nil
 	case provider.StatusDenied, provider.StatusExpired, provider.StatusCancelled:
-		if r.Decision != nil && r.Decision.Status != "" && r.Decision.Status != r.Status {
-			return fmt.Errorf("status %q with decision.status %q", r.Status, r.Decision.Status)
+		switch {
+		case d == nil:
+			return fmt.Errorf("%s without a decision", r.Status)
+		case d.Status != r.Status:
+			return fmt.Errorf("status %q with decision.status %q", r.Status, d.Status)
+		case d.ExpiresAt != nil:
+			return fmt.Errorf("%s with an expires_at", r.Status)
 		}
 		return nil
 	}
 	return fmt.Errorf("status %q is not one of the known statuses", r.Status)
+}
+
+// errorCode is the code of an ErrorResponse body.
+func errorCode(body []byte) (string, bool) {
+	var e provider.ErrorResponse
+	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
+		return "", false
+	}
+	return e.Error.Code, true
 }
 
 // requestDiff compares two requests by meaning: instants with Equal, arguments as JSON values.
@@ -425,13 +466,16 @@ func requestDiff(a, b *provider.Request) string {
 	}
 	str("id", a.ID, b.ID)
 	str("tool", a.Tool, b.Tool)
-	str("arguments_sha256", a.ArgumentsSHA256, b.ArgumentsSHA256)
+	str("agent_reasoning", a.AgentReasoning, b.AgentReasoning)
 	str("timeout", a.Timeout, b.Timeout)
 	str("status", a.Status, b.Status)
 	instant("created_at", &a.CreatedAt, &b.CreatedAt)
 	instant("deadline_at", &a.DeadlineAt, &b.DeadlineAt)
 	if !sameJSON(a.Arguments, b.Arguments) {
 		diffs = append(diffs, fmt.Sprintf("arguments %s != %s", a.Arguments, b.Arguments))
+	}
+	if !sameJSON(a.Context, b.Context) {
+		diffs = append(diffs, fmt.Sprintf("context %s != %s", a.Context, b.Context))
 	}
 	switch {
 	case (a.Decision == nil) != (b.Decision == nil):

@@ -25,6 +25,8 @@ const (
 	opSubmit hostileOp = "submit"
 	opWait   hostileOp = "wait"
 	opCancel hostileOp = "cancel"
+	// opCancelRead is a cancel answered 409 already_terminal: the hostile body answers its read.
+	opCancelRead hostileOp = "cancel, then the read after its 409"
 )
 
 func (op hostileOp) call(ctx context.Context, t *testing.T, c *provider.HTTPClient) (*provider.Request, error) {
@@ -38,16 +40,31 @@ func (op hostileOp) call(ctx context.Context, t *testing.T, c *provider.HTTPClie
 	}
 }
 
-// orderedApproval is an approved request about submission("...") written field by field, so that a
-// test can choose what comes after the decision.
-func orderedApproval(t *testing.T, after string) []byte {
-	return fmt.Appendf(nil, `{"id":%q,"tool":%q,"arguments_sha256":%q,"status":"approved","decision":{"status":"approved","expires_at":"2026-09-16T12:06:00Z"}%s}`,
-		requestID, tool, argumentsSHA256(t), after)
+// errorOp is the operation an error of op names: the read after a cancel's 409 is a wait.
+func (op hostileOp) errorOp() string {
+	if op == opCancelRead {
+		return string(opWait)
+	}
+	return string(op)
 }
 
-// alreadyDecided is the 409 a cancel of a decided request gets, around the raw request JSON.
-func alreadyDecided(request []byte) []byte {
-	return append(append([]byte(`{"status":409,"code":"already_decided","detail":"the request was decided","request":`), request...), '}')
+// hostileHandler answers every request of op with status and body; for opCancelRead, the DELETE gets
+// a 409 already_terminal first.
+func hostileHandler(t *testing.T, op hostileOp, status int, body []byte) func(int64, http.ResponseWriter, *http.Request) {
+	return func(_ int64, w http.ResponseWriter, r *http.Request) {
+		if op == opCancelRead && r.Method == http.MethodDelete {
+			respondError(t, w, http.StatusConflict, provider.CodeAlreadyTerminal, "the request is already approved")
+			return
+		}
+		respond(w, status, provider.ContentTypeJSON, body)
+	}
+}
+
+// orderedApproval is an approved request about submission("...") written field by field, so that a
+// test can choose what comes after the decision.
+func orderedApproval(after string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"tool":%q,"arguments":%s,"status":"approved","decision":{"status":"approved","decided_at":"2026-09-16T12:01:00Z","expires_at":"2026-09-16T12:06:00Z"}%s}`,
+		requestID, tool, arguments, after)
 }
 
 func decisionField(key string, value any) func(map[string]any) {
@@ -75,13 +92,13 @@ func TestHostileResponses(t *testing.T) {
 		return func(t *testing.T) []byte { return requestJSON(t, mutate) }
 	}
 	raw := func(s string) func(t *testing.T) []byte { return func(*testing.T) []byte { return []byte(s) } }
-	conflictWith := func(mutate func(map[string]any)) func(t *testing.T) []byte {
-		return func(t *testing.T) []byte { return alreadyDecided(requestJSON(t, mutate)) }
-	}
-	otherArgumentsSum := func(t *testing.T) string {
-		sum, err := provider.ArgumentsSHA256(json.RawMessage(`{"payment_id": "payment_123", "amount": 490000, "currency": "GBP"}`))
-		NewWithT(t).Expect(err).NotTo(HaveOccurred())
-		return sum
+	echoing := func(args string, mutate func(map[string]any)) func(t *testing.T) []byte {
+		return pending(func(m map[string]any) {
+			if mutate != nil {
+				mutate(m)
+			}
+			m["arguments"] = json.RawMessage(args)
+		})
 	}
 	malformed := func(name string, op hostileOp, status int, body func(*testing.T) []byte, detail ...string) hostile {
 		return hostile{name: name, op: op, status: status, body: body, code: provider.CodeMalformed, untrusted: true, detail: detail}
@@ -109,23 +126,25 @@ func TestHostileResponses(t *testing.T) {
 			func(t *testing.T) []byte {
 				return append(requestJSON(t, func(m map[string]any) { m["status"] = provider.StatusCancelled }), ']')
 			}, "trailing data"),
-		malformed("cancel: already_decided whose request has a field of the wrong type", opCancel, 409,
-			conflictWith(decisionField("note", 42)), "already_decided response does not decode", "decision.note"),
-		malformed("cancel: already_decided with a complete approval, then an unparsable created_at", opCancel, 409,
-			func(t *testing.T) []byte { return alreadyDecided(orderedApproval(t, `,"created_at":"garbage"`)) },
-			"already_decided response does not decode", `"garbage"`),
+		malformed("cancel: the read after a 409 has a field of the wrong type", opCancelRead, 200,
+			pending(decisionField("note", 42)), "response is not a request", "decision.note"),
+		malformed("cancel: the read after a 409 has a complete approval, then an unparsable created_at", opCancelRead, 200,
+			func(*testing.T) []byte { return orderedApproval(`,"created_at":"garbage"`) }, "response is not a request", `"garbage"`),
 
 		// Huge bodies.
 		tooLarge("submit: body larger than MaxBodyBytes", opSubmit, 201, huge),
 		tooLarge("cancel: body larger than MaxBodyBytes", opCancel, 200, huge),
-		tooLarge("cancel: already_decided larger than MaxBodyBytes", opCancel, 409,
-			func(t *testing.T) []byte { return alreadyDecided(huge(t)) }),
+		tooLarge("cancel: a 409 larger than MaxBodyBytes", opCancel, 409,
+			func(t *testing.T) []byte {
+				return errorJSON(t, 409, provider.CodeAlreadyTerminal, strings.Repeat("x", 2*maxBody), "")
+			}),
+		tooLarge("cancel: the read after a 409 larger than MaxBodyBytes", opCancelRead, 200, huge),
 		{name: "submit: endless body", op: opSubmit, status: 201, endless: true, code: provider.CodeTooLarge, untrusted: true,
 			body: raw(`{"id":"req-1","padding":"`), detail: []string{"exceeds"}},
 		{name: "wait: endless body", op: opWait, status: 200, endless: true, code: provider.CodeTooLarge, untrusted: true,
 			body: raw(`{"id":"req-1","padding":"`), detail: []string{"exceeds"}},
-		{name: "cancel: endless already_decided", op: opCancel, status: 409, endless: true, code: provider.CodeTooLarge, untrusted: true,
-			body: raw(`{"code":"already_decided","detail":"`), detail: []string{"exceeds"}},
+		{name: "cancel: endless 409", op: opCancel, status: 409, endless: true, code: provider.CodeTooLarge, untrusted: true,
+			body: raw(`{"error":{"type":"conflict","code":"already_terminal","message":"`), detail: []string{"exceeds"}},
 
 		// Another id (Submit knows no id yet; TestResponseVerification covers "req-2" on Wait and Cancel).
 		untrusted("wait: the id in another case", opWait, 200, pending(func(m map[string]any) { approved(m); m["id"] = "REQ-1" }),
@@ -134,10 +153,10 @@ func TestHostileResponses(t *testing.T) {
 			func(t *testing.T) []byte {
 				return bytes.Replace(requestJSON(t, approved), []byte(`"req-1"`), []byte("\"req-1\xff\""), 1)
 			}, "is about request", `not "req-1"`),
-		untrusted("cancel: already_decided about another request, decided as denied", opCancel, 409,
-			conflictWith(func(m map[string]any) {
+		untrusted("cancel: the read after a 409 about another request, decided as denied", opCancelRead, 200,
+			pending(func(m map[string]any) {
+				terminal(provider.StatusDenied)(m)
 				m["id"] = "req-2"
-				m["status"] = provider.StatusDenied
 			}), `about request "req-2", not "req-1"`),
 
 		// Another tool.
@@ -146,29 +165,24 @@ func TestHostileResponses(t *testing.T) {
 		untrusted("wait: another tool while pending", opWait, 200, pending(func(m map[string]any) { m["tool"] = "delete_account" }),
 			`names tool "delete_account"`),
 		untrusted("cancel: another tool", opCancel, 200,
-			pending(func(m map[string]any) { m["status"] = provider.StatusCancelled; m["tool"] = "delete_account" }),
+			pending(func(m map[string]any) { terminal(provider.StatusCancelled)(m); m["tool"] = "delete_account" }),
 			`names tool "delete_account"`),
-		untrusted("cancel: already_decided approving another tool", opCancel, 409,
-			conflictWith(func(m map[string]any) { approved(m); m["tool"] = "delete_account" }), `names tool "delete_account"`),
+		untrusted("cancel: the read after a 409 approving another tool", opCancelRead, 200,
+			pending(func(m map[string]any) { approved(m); m["tool"] = "delete_account" }), `names tool "delete_account"`),
 
-		// Another arguments hash.
-		untrusted("submit: the hash of other arguments", opSubmit, 201,
-			func(t *testing.T) []byte {
-				return requestJSON(t, func(m map[string]any) { m["arguments_sha256"] = otherArgumentsSum(t) })
-			}, "arguments_sha256", "differs from the submitted arguments'"),
-		untrusted("wait: the right hash in upper case", opWait, 200,
-			func(t *testing.T) []byte {
-				return requestJSON(t, func(m map[string]any) { approved(m); m["arguments_sha256"] = strings.ToUpper(argumentsSHA256(t)) })
-			}, "arguments_sha256", "differs from the submitted arguments'"),
-		untrusted("cancel: another hash", opCancel, 200,
-			pending(func(m map[string]any) {
-				m["status"] = provider.StatusCancelled
-				m["arguments_sha256"] = strings.Repeat("0", 64)
-			}),
-			"arguments_sha256"),
-		untrusted("cancel: already_decided approving another hash", opCancel, 409,
-			conflictWith(func(m map[string]any) { approved(m); m["arguments_sha256"] = strings.Repeat("0", 64) }),
-			"arguments_sha256"),
+		// Other arguments.
+		untrusted("submit: the arguments as a string", opSubmit, 201, echoing(`"{\"payment_id\":\"payment_123\",\"amount\":4900,\"currency\":\"GBP\"}"`, nil),
+			"arguments differ"),
+		untrusted("wait: the amount one unit more", opWait, 200, echoing(`{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, approved),
+			"arguments differ"),
+		untrusted("wait: the amount as a string", opWait, 200, echoing(`{"payment_id":"payment_123","amount":"4900","currency":"GBP"}`, approved),
+			"arguments differ"),
+		untrusted("wait: a key in another case", opWait, 200, echoing(`{"Payment_id":"payment_123","amount":4900,"currency":"GBP"}`, approved),
+			"arguments differ"),
+		untrusted("cancel: the arguments without the currency", opCancel, 200,
+			echoing(`{"payment_id":"payment_123","amount":4900}`, terminal(provider.StatusCancelled)), "arguments differ"),
+		untrusted("cancel: the read after a 409 approving other arguments", opCancelRead, 200,
+			echoing(`{"payment_id":"payment_999","amount":4900,"currency":"GBP"}`, approved), "arguments differ"),
 
 		// An approval without a usable expires_at.
 		malformed("submit: approved without expires_at", opSubmit, 201,
@@ -176,7 +190,7 @@ func TestHostileResponses(t *testing.T) {
 			`request "req-1" is approved without decision.expires_at`),
 		malformed("submit: approved with a null decision", opSubmit, 201,
 			pending(func(m map[string]any) { m["status"] = provider.StatusApproved; m["decision"] = nil }),
-			"is approved but carries no approved decision"),
+			"is approved but carries no decision"),
 		malformed("wait: expires_at null", opWait, 200, pending(decisionField("expires_at", nil)), "approved without decision.expires_at"),
 		malformed("wait: expires_at the zero time", opWait, 200, pending(decisionField("expires_at", "0001-01-01T00:00:00Z")),
 			"approved without decision.expires_at"),
@@ -188,8 +202,13 @@ func TestHostileResponses(t *testing.T) {
 		malformed("cancel: approved without expires_at", opCancel, 200,
 			pending(func(m map[string]any) { approved(m); delete(m["decision"].(map[string]any), "expires_at") }),
 			"approved without decision.expires_at"),
-		malformed("cancel: already_decided approved with the zero time", opCancel, 409,
-			conflictWith(decisionField("expires_at", "0001-01-01T00:00:00Z")), "approved without decision.expires_at"),
+		malformed("cancel: the read after a 409 approved with the zero time", opCancelRead, 200,
+			pending(decisionField("expires_at", "0001-01-01T00:00:00Z")), "approved without decision.expires_at"),
+		malformed("wait: decided_at null on an approval", opWait, 200, pending(decisionField("decided_at", nil)), "approved without decision.decided_at"),
+		malformed("wait: decided_at after expires_at", opWait, 200, pending(decisionField("decided_at", "2026-09-16T12:07:00Z")),
+			"expires_at 2026-09-16T12:06:00Z not later than decision.decided_at 2026-09-16T12:07:00Z"),
+		malformed("submit: expires_at a nanosecond before decided_at", opSubmit, 201,
+			pending(decisionField("expires_at", "2026-09-16T12:00:59.999999999Z")), "not later than decision.decided_at"),
 
 		// Unparsable timestamps.
 		malformed("submit: unparsable deadline_at", opSubmit, 201, pending(func(m map[string]any) { m["deadline_at"] = "tomorrow" }),
@@ -206,12 +225,12 @@ func TestHostileResponses(t *testing.T) {
 			"decision.expires_at that is not an RFC 3339 timestamp"),
 		malformed("cancel: unparsable created_at", opCancel, 200,
 			pending(func(m map[string]any) {
-				m["status"] = provider.StatusCancelled
+				terminal(provider.StatusCancelled)(m)
 				m["created_at"] = "2026-13-45T99:00:00Z"
 			}),
 			"response is not a request", "month out of range"),
-		malformed("cancel: already_decided with an unparsable expires_at", opCancel, 409,
-			conflictWith(decisionField("expires_at", "16/09/2026 12:06")), "already_decided response does not decode", `"16/09/2026 12:06"`),
+		malformed("cancel: the read after a 409 with an unparsable expires_at", opCancelRead, 200,
+			pending(decisionField("expires_at", "16/09/2026 12:06")), "response is not a request", `"16/09/2026 12:06"`),
 
 		// Unknown statuses.
 		malformed("submit: unknown status", opSubmit, 201, pending(func(m map[string]any) { m["status"] = "queued" }),
@@ -224,8 +243,17 @@ func TestHostileResponses(t *testing.T) {
 			`has status "denied" but decision.status "approved"`),
 		malformed("cancel: unknown status", opCancel, 200, pending(func(m map[string]any) { m["status"] = "revoked" }),
 			`unknown status "revoked"`),
-		malformed("cancel: already_decided with an unknown status", opCancel, 409,
-			conflictWith(func(m map[string]any) { m["status"] = "approved_ish" }), `unknown status "approved_ish"`),
+		malformed("cancel: the read after a 409 with an unknown status", opCancelRead, 200,
+			pending(func(m map[string]any) { m["status"] = "approved_ish" }), `unknown status "approved_ish"`),
+		malformed("cancel: a cancellation with an approved decision", opCancel, 200,
+			pending(func(m map[string]any) { approved(m); m["status"] = provider.StatusCancelled }), `has status "cancelled" but decision.status "approved"`),
+		malformed("wait: a denial valid until a time", opWait, 200,
+			pending(func(m map[string]any) {
+				approved(m)
+				m["status"] = provider.StatusDenied
+				m["decision"].(map[string]any)["status"] = provider.StatusDenied
+			}),
+			"only an approval has"),
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,12 +261,10 @@ func TestHostileResponses(t *testing.T) {
 			g := newG(t)
 			body := tc.body(t)
 			contentType := provider.ContentTypeJSON
-			if tc.status >= 300 {
-				contentType = provider.ContentTypeProblemJSON
-			}
-			srv := startCanned(t, func(_ int64, w http.ResponseWriter, r *http.Request) {
+			answer := hostileHandler(t, tc.op, tc.status, body)
+			srv := startCanned(t, func(n int64, w http.ResponseWriter, r *http.Request) {
 				if !tc.endless {
-					respond(w, tc.status, contentType, body)
+					answer(n, w, r)
 					return
 				}
 				w.Header().Set("Content-Type", contentType)
@@ -260,7 +286,7 @@ func TestHostileResponses(t *testing.T) {
 			req, err := tc.op.call(ctx, t, c)
 			g.Expect(req).To(BeNil(), "nothing is returned that could be acted on")
 			pe := providerError(g, err)
-			g.Expect(pe.Op).To(Equal(string(tc.op)))
+			g.Expect(pe.Op).To(Equal(tc.op.errorOp()))
 			g.Expect(pe.StatusCode).To(Equal(tc.status))
 			g.Expect(pe.Code).To(Equal(tc.code), err.Error())
 			g.Expect(pe.Retryable).To(BeFalse())
@@ -270,7 +296,11 @@ func TestHostileResponses(t *testing.T) {
 				g.Expect(err.Error()).To(ContainSubstring(want))
 			}
 			g.Expect(err.Error()).NotTo(ContainSubstring(credential))
-			g.Expect(srv.hits.Load()).To(BeEquivalentTo(1), "refused once, not retried")
+			hits := int64(1)
+			if tc.op == opCancelRead {
+				hits = 2 // the DELETE, then the read
+			}
+			g.Expect(srv.hits.Load()).To(Equal(hits), "refused once, not retried")
 		})
 	}
 }
@@ -284,18 +314,23 @@ func TestHostileResponses(t *testing.T) {
 func TestHostileTimestampsLeftToTheController(t *testing.T) {
 	now := time.Now()
 	cases := []struct {
-		name     string
-		op       hostileOp
-		status   int
-		body     func(t *testing.T) []byte
-		expires  string
-		deadline string
+		name   string
+		op     hostileOp
+		status int
+		body   func(t *testing.T) []byte
+		// decided is decision.decided_at, before expires.
+		decided, expires string
+		deadline         string
 	}{
-		{name: "submit: approved, expired long ago", op: opSubmit, status: 201, expires: "1970-01-01T00:00:00Z"},
-		{name: "wait: approved, expiring a nanosecond after the zero time", op: opWait, status: 200, expires: "0001-01-01T00:00:00.000000001Z"},
-		{name: "wait: approved, expired a minute ago", op: opWait, status: 200, expires: now.Add(-time.Minute).UTC().Format(time.RFC3339Nano)},
-		{name: "wait: approved, expiring in half a second", op: opWait, status: 200, expires: now.Add(500 * time.Millisecond).UTC().Format(time.RFC3339Nano)},
-		{name: "cancel: already_decided approval that expired", op: opCancel, status: 409, expires: "2000-01-01T00:00:00+01:00"},
+		{name: "submit: approved, expired long ago", op: opSubmit, status: 201, decided: "1969-12-31T23:55:00Z", expires: "1970-01-01T00:00:00Z"},
+		{name: "wait: approved, expiring two nanoseconds after the zero time", op: opWait, status: 200,
+			decided: "0001-01-01T00:00:00.000000001Z", expires: "0001-01-01T00:00:00.000000002Z"},
+		{name: "wait: approved, expired a minute ago", op: opWait, status: 200,
+			decided: now.Add(-6 * time.Minute).UTC().Format(time.RFC3339Nano), expires: now.Add(-time.Minute).UTC().Format(time.RFC3339Nano)},
+		{name: "wait: approved, expiring in half a second", op: opWait, status: 200,
+			decided: now.Add(-time.Minute).UTC().Format(time.RFC3339Nano), expires: now.Add(500 * time.Millisecond).UTC().Format(time.RFC3339Nano)},
+		{name: "cancel: the read after a 409, an approval that expired", op: opCancelRead, status: 200,
+			decided: "1999-12-31T22:55:00Z", expires: "2000-01-01T00:00:00+01:00"},
 		{name: "wait: pending with a deadline long past", op: opWait, status: 200, deadline: "1999-12-31T23:59:59Z"},
 		{name: "wait: pending with a deadline before year 1000", op: opWait, status: 200, deadline: "0999-01-01T00:00:00Z"},
 	}
@@ -306,22 +341,21 @@ func TestHostileTimestampsLeftToTheController(t *testing.T) {
 			body := requestJSON(t, func(m map[string]any) {
 				if tc.expires != "" {
 					decisionField("expires_at", tc.expires)(m)
+					m["decision"].(map[string]any)["decided_at"] = tc.decided
 				} else {
 					m["deadline_at"] = tc.deadline
 				}
 			})
-			contentType := provider.ContentTypeJSON
-			if tc.status == http.StatusConflict {
-				body, contentType = alreadyDecided(body), provider.ContentTypeProblemJSON
-			}
-			srv := startCanned(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
-				respond(w, tc.status, contentType, body)
-			})
+			srv := startCanned(t, hostileHandler(t, tc.op, tc.status, body))
 			c := newClient(t, srv.url)
 
 			req, err := tc.op.call(testContext(t), t, c)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(srv.hits.Load()).To(BeEquivalentTo(1))
+			hits := int64(1)
+			if tc.op == opCancelRead {
+				hits = 2
+			}
+			g.Expect(srv.hits.Load()).To(Equal(hits))
 			g.Expect(req.ID).To(Equal(requestID))
 			if tc.expires == "" {
 				want, err := time.Parse(time.RFC3339, tc.deadline)

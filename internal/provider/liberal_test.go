@@ -13,18 +13,15 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// The client is liberal where that is safe: a provider that speaks only the seed's wire format (no
-// arguments_sha256, no problem+json, no cancel endpoint, replays answered as it likes) works. These
-// tests run against a hand-written server on a real loopback socket that answers what each row says.
+// The client is liberal where that is safe: a provider that sends the fewest fields AAP allows, errors
+// that are no ErrorResponse (plain text, HTML, other JSON, nothing), fields AAP does not define, or
+// answers replays 200 or 201, works. These tests run against a hand-written server on a real loopback
+// socket that answers what each row says.
 
-// seedRequestJSON is a request exactly as the seed's HTTP example writes it: its fields and no others.
+// seedRequestJSON is a request with the fields AAP requires and no others, as the seed's HTTP example
+// writes it.
 func seedRequestJSON(t *testing.T, mutate func(map[string]any)) []byte {
-	return requestJSON(t, func(m map[string]any) {
-		delete(m, "arguments_sha256")
-		if mutate != nil {
-			mutate(m)
-		}
-	})
+	return requestJSON(t, mutate)
 }
 
 func TestSeedResponsesAreAccepted(t *testing.T) {
@@ -55,9 +52,12 @@ func TestSeedResponsesAreAccepted(t *testing.T) {
 					m["decision"] = map[string]any{"status": provider.StatusDenied, "note": "no"}
 				})
 			}, want: provider.StatusDenied},
-		{name: "expired without a decision", op: wait, status: 200,
+		{name: "expiry with a decision without decided_at", op: wait, status: 200,
 			body: func(t *testing.T) []byte {
-				return seedRequestJSON(t, func(m map[string]any) { m["status"] = provider.StatusExpired })
+				return seedRequestJSON(t, func(m map[string]any) {
+					m["status"] = provider.StatusExpired
+					m["decision"] = map[string]any{"status": provider.StatusExpired}
+				})
 			}, want: provider.StatusExpired},
 		{name: "arguments echoed in another key order, spacing and number form", op: wait, status: 200,
 			body: func(t *testing.T) []byte {
@@ -66,31 +66,25 @@ func TestSeedResponsesAreAccepted(t *testing.T) {
 					m["arguments"] = json.RawMessage("{ \"currency\" : \"GBP\",\n \"amount\": 4.9E3, \"payment_id\": \"payment\\u005f123\" }")
 				})
 			}, want: provider.StatusApproved},
-		{name: "arguments echoed with the optional hash", op: wait, status: 200,
-			body: func(t *testing.T) []byte { return requestJSON(t, approved) }, want: provider.StatusApproved},
 		{name: "unknown extra fields", op: wait, status: 200,
 			body: func(t *testing.T) []byte {
 				return seedRequestJSON(t, func(m map[string]any) {
 					approved(m)
 					m["reviewer"] = map[string]any{"name": "Ada"}
 					m["links"] = []string{"https://approvals.example.com/r/req-1"}
+					m["arguments_sha256"] = "not checked"
 					m["decision"].(map[string]any)["channel"] = "slack"
 				})
 			}, want: provider.StatusApproved},
-		{name: "replay answered 200 with Idempotent-Replayed", op: submit, status: 200,
-			header: map[string]string{provider.HeaderIdempotentReplayed: "true"},
-			body:   func(t *testing.T) []byte { return seedRequestJSON(t, nil) }, want: provider.StatusPending},
-		{name: "replay answered 200 without Idempotent-Replayed", op: submit, status: 200,
+		{name: "replay answered 200", op: submit, status: 200,
 			body: func(t *testing.T) []byte { return seedRequestJSON(t, nil) }, want: provider.StatusPending},
-		{name: "replay answered 201 without Idempotent-Replayed", op: submit, status: 201,
+		{name: "replay answered 200 with the approval", op: submit, status: 200,
 			body: func(t *testing.T) []byte { return seedRequestJSON(t, approved) }, want: provider.StatusApproved},
-		{name: "replay answered 201 with Idempotent-Replayed", op: submit, status: 201,
-			header: map[string]string{provider.HeaderIdempotentReplayed: "true"},
-			body:   func(t *testing.T) []byte { return seedRequestJSON(t, nil) }, want: provider.StatusPending},
-		{name: "cancelled with the seed's fields only", op: cancel, status: 200,
-			body: func(t *testing.T) []byte {
-				return seedRequestJSON(t, func(m map[string]any) { m["status"] = provider.StatusCancelled })
-			}, want: provider.StatusCancelled},
+		{name: "replay answered 201", op: submit, status: 201,
+			header: map[string]string{"X-Request-ID": "1184dfc5-0e86-4f88-9b68-882b1dc60467"},
+			body:   func(t *testing.T) []byte { return seedRequestJSON(t, approved) }, want: provider.StatusApproved},
+		{name: "cancelled with the required fields only", op: cancel, status: 200,
+			body: func(t *testing.T) []byte { return seedRequestJSON(t, terminal(provider.StatusCancelled)) }, want: provider.StatusCancelled},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,49 +118,63 @@ func TestSeedResponsesAreAccepted(t *testing.T) {
 	}
 }
 
-// errorBodies are the bodies an error response may carry: problem+json, or anything else.
+// errorBodies are the bodies an error response may carry: an ErrorResponse, or anything else.
 var errorBodies = []struct {
 	name, contentType, body string
 }{
-	{"problem+json", provider.ContentTypeProblemJSON, ""}, // body: the row's problem
-	{"plain JSON", provider.ContentTypeJSON, `{"error":"something went wrong","code":"E4711"}`},
+	{"ErrorResponse", provider.ContentTypeJSON, ""}, // body: the row's ErrorResponse
+	{"ErrorResponse without a code", provider.ContentTypeJSON, `{"error":{"type":"internal","message":"something went wrong"}}`},
+	{"other JSON", provider.ContentTypeJSON, `{"error":"something went wrong","code":"E4711"}`},
 	{"text", "text/plain; charset=utf-8", "something went wrong\n"},
 	{"HTML", "text/html", "<html><body><h1>Something went wrong</h1></body></html>"},
 	{"empty", "", ""},
 }
 
-// Error responses are classified by their status code; a problem+json code refines it only where the
-// API defines that code for that status.
+// Error responses are classified by their status code; an ErrorResponse's code refines it only where
+// the table of codes gives that code that status.
 func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 	cases := []struct {
 		name   string
 		op     string
 		status int
-		// problem is the code the problem+json body carries.
-		problem string
-		// code is what the client reports for every other body; problemCode for the problem+json one
+		// errorCode is the code the ErrorResponse body carries.
+		errorCode string
+		// code is what the client reports for every other body; ofErrorResponse for the ErrorResponse
 		// (default: code).
-		code, problemCode string
+		code, ofErrorResponse string
 		// retried rows answer the error once and then succeed; the others are final after one attempt.
 		retried bool
 	}{
-		{name: "submit 400", op: "submit", status: 400, problem: provider.CodeInvalidRequest, code: provider.CodeInvalidRequest},
-		{name: "submit 401", op: "submit", status: 401, problem: provider.CodeUnauthenticated, code: provider.CodeUnauthenticated},
-		{name: "submit 409 in flight", op: "submit", status: 409, problem: provider.CodeIdempotencyInFlight, code: provider.CodeIdempotencyInFlight, retried: true},
-		{name: "submit 422 key reused", op: "submit", status: 422, problem: provider.CodeIdempotencyKeyReused, code: provider.CodeIdempotencyKeyReused},
-		{name: "submit 429", op: "submit", status: 429, problem: provider.CodeRateLimited, code: provider.CodeRateLimited, retried: true},
-		{name: "submit 500", op: "submit", status: 500, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
-		{name: "submit 502", op: "submit", status: 502, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
-		{name: "submit 503", op: "submit", status: 503, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
-		{name: "wait 404", op: "wait", status: 404, problem: provider.CodeNotFound, code: provider.CodeNotFound},
-		{name: "wait 408", op: "wait", status: 408, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, retried: true},
-		{name: "wait 504", op: "wait", status: 504, problem: provider.CodeInternal, code: provider.CodeHTTPStatus, problemCode: provider.CodeInternal, retried: true},
-		{name: "wait 503 claiming not_found", op: "wait", status: 503, problem: provider.CodeNotFound, code: provider.CodeHTTPStatus, retried: true},
-		{name: "wait 500 claiming untrusted_response", op: "wait", status: 500, problem: provider.CodeUntrusted, code: provider.CodeHTTPStatus, retried: true},
-		{name: "submit 400 claiming idempotency_in_flight", op: "submit", status: 400, problem: provider.CodeIdempotencyInFlight, code: provider.CodeInvalidRequest},
-		{name: "cancel 404 (no cancel endpoint)", op: "cancel", status: 404, problem: provider.CodeNotFound, code: provider.CodeCancelUnsupported, problemCode: provider.CodeNotFound},
-		{name: "cancel 405 (no cancel endpoint)", op: "cancel", status: 405, problem: provider.CodeInvalidRequest, code: provider.CodeCancelUnsupported},
-		{name: "cancel 501 (no cancel endpoint)", op: "cancel", status: 501, problem: provider.CodeInternal, code: provider.CodeCancelUnsupported},
+		{name: "submit 400", op: "submit", status: 400, errorCode: provider.CodeInvalidRequest, code: provider.CodeInvalidRequest},
+		{name: "submit 400 naming a provider's own code", op: "submit", status: 400, errorCode: "invalid_timeout", code: provider.CodeInvalidRequest},
+		{name: "submit 401", op: "submit", status: 401, errorCode: provider.CodeUnauthenticated, code: provider.CodeUnauthenticated},
+		{name: "submit 403", op: "submit", status: 403, errorCode: provider.CodeForbidden, code: provider.CodeForbidden},
+		{name: "submit 409 idempotency_conflict", op: "submit", status: 409, errorCode: provider.CodeIdempotencyConflict, code: provider.CodeIdempotencyConflict},
+		{name: "submit 409 instance_deleted", op: "submit", status: 409, errorCode: provider.CodeInstanceDeleted, code: provider.CodeIdempotencyConflict, ofErrorResponse: provider.CodeInstanceDeleted},
+		{name: "submit 409 with a provider's own code", op: "submit", status: 409, errorCode: "key_in_use", code: provider.CodeIdempotencyConflict},
+		{name: "submit 422", op: "submit", status: 422, errorCode: provider.CodeWebhookVerificationFailed, code: provider.CodeWebhookVerificationFailed},
+		{name: "submit 413", op: "submit", status: 413, errorCode: provider.CodeInvalidRequest, code: provider.CodeHTTPStatus},
+		{name: "submit 429", op: "submit", status: 429, errorCode: provider.CodeRateLimited, code: provider.CodeRateLimited, retried: true},
+		{name: "submit 500", op: "submit", status: 500, errorCode: provider.CodeInternal, code: provider.CodeInternal, retried: true},
+		{name: "submit 502", op: "submit", status: 502, errorCode: provider.CodeInternal, code: provider.CodeUnavailable, retried: true},
+		{name: "submit 503", op: "submit", status: 503, errorCode: provider.CodeUnavailable, code: provider.CodeUnavailable, retried: true},
+		{name: "submit 503 claiming idempotency_conflict", op: "submit", status: 503, errorCode: provider.CodeIdempotencyConflict, code: provider.CodeUnavailable, retried: true},
+		{name: "submit 500 claiming invalid_request", op: "submit", status: 500, errorCode: provider.CodeInvalidRequest, code: provider.CodeInternal, retried: true},
+		{name: "submit 400 claiming rate_limited", op: "submit", status: 400, errorCode: provider.CodeRateLimited, code: provider.CodeInvalidRequest},
+		{name: "submit 409 claiming unavailable", op: "submit", status: 409, errorCode: provider.CodeUnavailable, code: provider.CodeIdempotencyConflict},
+		{name: "wait 404", op: "wait", status: 404, errorCode: provider.CodeNotFound, code: provider.CodeNotFound},
+		{name: "wait 408", op: "wait", status: 408, errorCode: provider.CodeInternal, code: provider.CodeTimeout, retried: true},
+		{name: "wait 409", op: "wait", status: 409, errorCode: provider.CodeAlreadyTerminal, code: provider.CodeHTTPStatus, ofErrorResponse: provider.CodeAlreadyTerminal},
+		{name: "wait 418", op: "wait", status: 418, errorCode: "teapot", code: provider.CodeHTTPStatus},
+		{name: "wait 501", op: "wait", status: 501, errorCode: provider.CodeInternal, code: provider.CodeHTTPStatus},
+		{name: "wait 504", op: "wait", status: 504, errorCode: provider.CodeUnavailable, code: provider.CodeUnavailable, retried: true},
+		{name: "wait 503 claiming not_found", op: "wait", status: 503, errorCode: provider.CodeNotFound, code: provider.CodeUnavailable, retried: true},
+		{name: "wait 500 claiming untrusted_response", op: "wait", status: 500, errorCode: provider.CodeUntrusted, code: provider.CodeInternal, retried: true},
+		{name: "wait 400 claiming timeout", op: "wait", status: 400, errorCode: provider.CodeTimeout, code: provider.CodeInvalidRequest},
+		{name: "cancel 404 (no such request, or no cancel)", op: "cancel", status: 404, errorCode: provider.CodeNotFound, code: provider.CodeCancelUnsupported},
+		{name: "cancel 405 (no cancel)", op: "cancel", status: 405, errorCode: provider.CodeInvalidRequest, code: provider.CodeCancelUnsupported},
+		{name: "cancel 501 (no cancel)", op: "cancel", status: 501, errorCode: provider.CodeInternal, code: provider.CodeCancelUnsupported},
+		{name: "cancel 409 instance_deleted", op: "cancel", status: 409, errorCode: provider.CodeInstanceDeleted, code: provider.CodeAlreadyTerminal, ofErrorResponse: provider.CodeInstanceDeleted},
 	}
 	for _, tc := range cases {
 		for _, eb := range errorBodies {
@@ -175,11 +183,14 @@ func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 				g := newG(t)
 				body := []byte(eb.body)
 				want := tc.code
-				if eb.name == "problem+json" {
-					body = problemJSON(t, provider.Problem{Title: http.StatusText(tc.status), Status: tc.status, Code: tc.problem, Detail: "detail"})
-					if tc.problemCode != "" {
-						want = tc.problemCode
+				if eb.name == "ErrorResponse" {
+					body = errorJSON(t, tc.status, tc.errorCode, "the provider's message", "")
+					if tc.ofErrorResponse != "" {
+						want = tc.ofErrorResponse
 					}
+				}
+				if tc.op == "cancel" && want == provider.CodeAlreadyTerminal {
+					t.Skip("a cancel's 409 read the request: TestCancelConflictReadsTheRequest")
 				}
 				success := http.StatusOK
 				if tc.op == "submit" {
@@ -220,30 +231,35 @@ func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 				g.Expect(pe.Code).To(Equal(want))
 				g.Expect(pe.StatusCode).To(Equal(tc.status))
 				g.Expect(pe.Retryable).To(BeFalse())
-				g.Expect(pe.Detail).NotTo(BeEmpty())
+				if eb.name == "ErrorResponse" {
+					g.Expect(pe.Detail).To(ContainSubstring("the provider's message"))
+					if tc.errorCode != want {
+						g.Expect(pe.Detail).To(HavePrefix(tc.errorCode+": "), "a code not acted on is kept for people")
+					}
+				}
 				g.Expect(provider.IsUntrusted(err)).To(BeFalse())
-				g.Expect(provider.CannotCancel(err)).To(Equal(tc.op == "cancel"))
+				g.Expect(provider.CannotCancel(err)).To(Equal(want == provider.CodeCancelUnsupported))
 				g.Expect(srv.hits.Load()).To(BeEquivalentTo(1), "not retried")
 			})
 		}
 	}
 }
 
-// A cancel answered 409 without the current request in the body (the request was decided
-// meanwhile) reads the request and returns it: the decision is applied, not lost.
-func TestCancelConflictWithoutTheRequestReadsIt(t *testing.T) {
+// A cancel answered 409, already_terminal or with a body that is no ErrorResponse, reads the request
+// and returns it: the decision is applied, not lost.
+func TestCancelConflictReadsTheRequest(t *testing.T) {
 	for _, eb := range errorBodies {
 		t.Run(eb.name, func(t *testing.T) {
 			t.Parallel()
 			g := newG(t)
 			body := []byte(eb.body)
-			if eb.name == "problem+json" {
-				body = problemJSON(t, provider.Problem{Status: 409, Code: provider.CodeAlreadyDecided, Detail: "already decided"})
+			if eb.name == "ErrorResponse" {
+				body = errorJSON(t, 409, provider.CodeAlreadyTerminal, "the request is already approved", "")
 			}
 			var paths []string
 			srv := startCanned(t, func(_ int64, w http.ResponseWriter, r *http.Request) {
-				paths = append(paths, r.Method+" "+r.URL.Path)
-				if r.Method == http.MethodPost {
+				paths = append(paths, r.Method+" "+r.URL.RequestURI())
+				if r.Method == http.MethodDelete {
 					respond(w, http.StatusConflict, eb.contentType, body)
 					return
 				}
@@ -255,7 +271,7 @@ func TestCancelConflictWithoutTheRequestReadsIt(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(req.Status).To(Equal(provider.StatusApproved))
 			g.Expect(req.Decision.ExpiresAt).NotTo(BeNil())
-			g.Expect(paths).To(HaveExactElements("POST /v1/requests/req-1/cancel", "GET /v1/requests/req-1"))
+			g.Expect(paths).To(HaveExactElements("DELETE /v1/requests/req-1", "GET /v1/requests/req-1"), "the read does not wait")
 		})
 	}
 }
@@ -284,6 +300,8 @@ func TestSeedResponsesStillFailClosed(t *testing.T) {
 			m["decision"].(map[string]any)["expires_at"] = "in five minutes"
 		}, provider.CodeMalformed},
 		{"unknown status", func(m map[string]any) { m["status"] = "accepted" }, provider.CodeMalformed},
+		{"expiry without a decision", func(m map[string]any) { m["status"] = provider.StatusExpired }, provider.CodeMalformed},
+		{"denial without a decision", func(m map[string]any) { m["status"] = provider.StatusDenied }, provider.CodeMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,22 +328,21 @@ func TestSeedResponsesStillFailClosed(t *testing.T) {
 // The check before the Job: an approval covers the spec's arguments by the same rule as the binding.
 func TestCoversComparesCanonicalArguments(t *testing.T) {
 	g := NewWithT(t)
-	sum := argumentsSHA256(t)
 	cases := []struct {
 		name      string
 		echoed    string
-		sum       string
 		wantError string
 	}{
-		{"the same arguments, no hash", `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`, "", ""},
-		{"another key order and number form, with the hash", `{"currency":"GBP","amount":4.9e3,"payment_id":"payment_123"}`, sum, ""},
-		{"other arguments", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","refund_to":"acct_999"}`, "", "arguments differ"},
-		{"other arguments with the spec's hash", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, sum, "arguments differ"},
-		{"the same arguments with another hash", `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`, strings.Repeat("0", 64), "arguments_sha256"},
-		{"no arguments", ``, sum, "does not echo"},
+		{"the same arguments", `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`, ""},
+		{"another key order and number form", `{"currency":"GBP","amount":4.9e3,"payment_id":"payment_123"}`, ""},
+		{"other arguments", `{"payment_id":"payment_123","amount":4900,"currency":"GBP","refund_to":"acct_999"}`, "arguments differ"},
+		{"another amount", `{"payment_id":"payment_123","amount":4901,"currency":"GBP"}`, "arguments differ"},
+		{"not JSON", `{"payment_id":`, "not JSON"},
+		{"no arguments", ``, "does not echo"},
+		{"null", `null`, "does not echo"},
 	}
 	for _, tc := range cases {
-		req := &provider.Request{ID: requestID, Tool: tool, Arguments: json.RawMessage(tc.echoed), ArgumentsSHA256: tc.sum, Status: provider.StatusApproved}
+		req := &provider.Request{ID: requestID, Tool: tool, Arguments: json.RawMessage(tc.echoed), Status: provider.StatusApproved}
 		err := req.Covers(arguments)
 		if tc.wantError == "" {
 			g.Expect(err).NotTo(HaveOccurred(), tc.name)

@@ -18,12 +18,11 @@ type Ref struct {
 	Tool string
 	// Arguments is the RFC 8785 canonical JSON of the submitted arguments.
 	Arguments string
-	// ArgumentsSHA256 is the SHA-256 of Arguments, checked against a response that carries one.
-	ArgumentsSHA256 string
 }
 
-// DecodeRequest parses a provider response body into a Request and checks it is well formed: a
-// known status, a decision consistent with it, and an approval that says until when it is valid.
+// DecodeRequest parses a provider response body into a Request and checks it is well formed by AAP's
+// ApprovalRequest and Decision rules, where they decide execution. Fields AAP does not define are
+// ignored.
 func DecodeRequest(body []byte) (*Request, error) {
 	var r Request
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -40,6 +39,16 @@ func DecodeRequest(body []byte) (*Request, error) {
 	return &r, nil
 }
 
+// checkWellFormed applies the rules a request must meet to be acted on:
+//   - an id and a known status;
+//   - a decision exactly when the status is terminal, its status equal to the request's;
+//   - an approval with decided_at and expires_at, expires_at later than decided_at;
+//   - any other outcome without expires_at (only an approval has one);
+//   - timestamps that are RFC 3339.
+//
+// Left liberal, as nothing runs on them: a denial, expiry or cancellation without decided_at is
+// accepted (when a call was refused changes nothing), and a missing note is no fault. What the
+// timestamps say against the clock (an approval already past expires_at) is the caller's to judge.
 func checkWellFormed(r *Request) error {
 	if r.ID == "" {
 		return fmt.Errorf("response has no id")
@@ -49,26 +58,39 @@ func checkWellFormed(r *Request) error {
 	}
 	switch r.Status {
 	case StatusPending:
-		return nil
-	case StatusApproved:
-		if r.Decision == nil || r.Decision.Status != StatusApproved {
-			return fmt.Errorf("request %q is approved but carries no approved decision", r.ID)
-		}
-		if r.Decision.ExpiresAt == nil || r.Decision.ExpiresAt.IsZero() {
-			return fmt.Errorf("request %q is approved without decision.expires_at", r.ID)
+		if r.Decision != nil {
+			return fmt.Errorf("request %q is pending but carries a decision", r.ID)
 		}
 		return nil
-	case StatusDenied, StatusExpired, StatusCancelled:
-		if r.Decision != nil && r.Decision.Status != "" && r.Decision.Status != r.Status {
-			return fmt.Errorf("request %q has status %q but decision.status %q", r.ID, r.Status, r.Decision.Status)
-		}
-		return nil
+	case StatusApproved, StatusDenied, StatusExpired, StatusCancelled:
 	case "":
 		return fmt.Errorf("request %q has no status", r.ID)
 	default:
 		return fmt.Errorf("request %q has unknown status %q", r.ID, r.Status)
 	}
+	d := r.Decision
+	switch {
+	case d == nil:
+		return fmt.Errorf("request %q is %s but carries no decision", r.ID, r.Status)
+	case d.Status != r.Status:
+		return fmt.Errorf("request %q has status %q but decision.status %q", r.ID, r.Status, d.Status)
+	case r.Status != StatusApproved:
+		if d.ExpiresAt != nil {
+			return fmt.Errorf("request %q is %s but its decision carries expires_at, which only an approval has", r.ID, r.Status)
+		}
+		return nil
+	case isZero(d.DecidedAt):
+		return fmt.Errorf("request %q is approved without decision.decided_at", r.ID)
+	case isZero(d.ExpiresAt):
+		return fmt.Errorf("request %q is approved without decision.expires_at", r.ID)
+	case !d.ExpiresAt.After(*d.DecidedAt):
+		return fmt.Errorf("request %q is approved with decision.expires_at %s not later than decision.decided_at %s",
+			r.ID, d.ExpiresAt.Format(time.RFC3339Nano), d.DecidedAt.Format(time.RFC3339Nano))
+	}
+	return nil
 }
+
+func isZero(t *time.Time) bool { return t == nil || t.IsZero() }
 
 // checkTimestamps refuses instants that parsed but are not RFC 3339, such as a zone offset of
 // +24:00 or more.
@@ -90,8 +112,7 @@ func checkTimestamps(r *Request) error {
 }
 
 // Matches checks that a response is about the submitted request: same id (when known), same tool,
-// and the same arguments echoed back (compared in RFC 8785 canonical form, byte for byte); a response
-// that also carries arguments_sha256 must carry the submitted arguments' hash.
+// and the same arguments echoed back (compared in RFC 8785 canonical form, byte for byte).
 func (ref Ref) Matches(r *Request) error {
 	if ref.ID != "" && r.ID != ref.ID {
 		return fmt.Errorf("response is about request %q, not %q", r.ID, ref.ID)
@@ -99,20 +120,20 @@ func (ref Ref) Matches(r *Request) error {
 	if r.Tool != ref.Tool {
 		return fmt.Errorf("response names tool %q, not the submitted %q", r.Tool, ref.Tool)
 	}
-	return matchArguments(r, ref.Arguments, ref.ArgumentsSHA256)
+	return matchArguments(r, ref.Arguments)
 }
 
 // Covers checks that the request is about these arguments, by the rule Matches applies: its echoed
-// arguments equal them in RFC 8785 canonical form, and its arguments_sha256, when present, is theirs.
+// arguments equal them in RFC 8785 canonical form.
 func (r *Request) Covers(arguments []byte) error {
 	canonical, err := jcs.Transform(arguments)
 	if err != nil {
 		return fmt.Errorf("canonicalising arguments: %w", err)
 	}
-	return matchArguments(r, string(canonical), sha256Hex(canonical))
+	return matchArguments(r, string(canonical))
 }
 
-func matchArguments(r *Request, canonical, sum string) error {
+func matchArguments(r *Request, canonical string) error {
 	if len(bytes.TrimSpace(r.Arguments)) == 0 || bytes.Equal(bytes.TrimSpace(r.Arguments), []byte("null")) {
 		return fmt.Errorf("response does not echo the submitted arguments")
 	}
@@ -122,9 +143,6 @@ func matchArguments(r *Request, canonical, sum string) error {
 	}
 	if canonical == "" || string(got) != canonical {
 		return fmt.Errorf("response arguments differ from the submitted arguments")
-	}
-	if r.ArgumentsSHA256 != "" && r.ArgumentsSHA256 != sum {
-		return fmt.Errorf("response arguments_sha256 %q differs from the submitted arguments' %q", r.ArgumentsSHA256, sum)
 	}
 	return nil
 }

@@ -70,6 +70,9 @@ type Options struct {
 	// Timeout is spec.timeout, the approval timeout requested from the provider; 0 lets the
 	// controller choose the largest that fits in the waiting limit.
 	Timeout time.Duration
+	// Reason is spec.reason: the agent's own explanation of the call, shown to approvers as the
+	// agent's claim (at most 4 KiB). Optional.
+	Reason string
 	// Name is the ToolCall's exact name; "" lets the apiserver generate one from the tool's name
 	// ("<tool>-" followed by five random characters).
 	Name string
@@ -164,6 +167,9 @@ func (c *Client) build(tool string, args any, waitingLimit time.Duration, o Opti
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("toolcall: Options.Timeout is %v: pass 0 to let the controller choose, or a positive approval timeout", o.Timeout)
 	}
+	if len(o.Reason) > tg.MaxReasonBytes {
+		return nil, fmt.Errorf("toolcall: Options.Reason is %d bytes: shorten it to at most %d bytes (4 KiB)", len(o.Reason), tg.MaxReasonBytes)
+	}
 	raw, err := Arguments(args)
 	if err != nil {
 		return nil, err
@@ -174,6 +180,7 @@ func (c *Client) build(tool string, args any, waitingLimit time.Duration, o Opti
 			Tool:         tool,
 			Arguments:    runtime.RawExtension{Raw: raw},
 			WaitingLimit: metav1.Duration{Duration: waitingLimit},
+			Reason:       o.Reason,
 		},
 	}
 	if o.Name == "" {

@@ -380,9 +380,119 @@ func TestPoliciesFailClosed(t *testing.T) {
 		}
 	}
 	g.Expect(kinds).To(Equal(map[string]int{
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
 		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	}))
+}
+
+// TestSpecIsImmutable: an UPDATE may change a ToolCall's metadata, never its spec. The CRD's rule
+// compares spec.arguments key by key over the keys both versions have; the policy
+// toolcall-spec-immutable compares the whole spec, so what passes the CRD's rule (a top-level key of
+// spec.arguments replaced by another) is refused, with the changed member named.
+func TestSpecIsImmutable(t *testing.T) {
+	ns := newNamespace(t)
+	a := agent(t, ns)
+	ctx := context.Background()
+	const refused = `ValidatingAdmissionPolicy 'toolcall-spec-immutable' with binding 'toolcall-spec-immutable' denied request: ` +
+		`spec is immutable: what a human approved is what runs; create a new ToolCall instead (changed: spec.arguments)`
+
+	cases := []struct {
+		name      string
+		arguments map[string]any // the new spec.arguments; the stored ones are th.RefundArgs
+		durations bool           // also respell waitingLimit as a Go client does ("45m" -> "45m0s")
+	}{
+		{name: "a key replaced by another", arguments: map[string]any{"payment_id": "payment_123", "amount": int64(4900), "refund_to": "acct_999"}},
+		{name: "every key replaced", arguments: map[string]any{"a": "payment_123", "b": int64(4900), "c": "GBP"}},
+		{name: "a key replaced, durations respelled", durations: true,
+			arguments: map[string]any{"payment_id": "payment_123", "amount": int64(4900), "refund_to": "acct_999"}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tc := toolCall(ns, fmt.Sprintf("renamed-%d", i), "issue_refund")
+			g.Expect(a.client.Create(ctx, tc)).To(Succeed())
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(tg.GroupVersion.WithKind("ToolCall"))
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(tc), u)).To(Succeed())
+			g.Expect(unstructured.SetNestedField(u.Object, c.arguments, "spec", "arguments")).To(Succeed())
+			if c.durations {
+				g.Expect(unstructured.SetNestedField(u.Object, "45m0s", "spec", "waitingLimit")).To(Succeed())
+			}
+			// As the admin: RBAC allows the update, the CRD's rule lets it by, the policy refuses it.
+			err := env.Client.Update(ctx, u)
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
+			g.Expect(err.Error()).To(HaveSuffix(refused))
+
+			got := &tg.ToolCall{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(tc), got)).To(Succeed())
+			g.Expect(got.Spec.Arguments.Raw).To(MatchJSON(th.RefundArgs))
+			g.Expect(got.Spec.WaitingLimit.Duration).To(Equal(45 * time.Minute))
+			g.Expect(got.Generation).To(Equal(tc.Generation))
+		})
+	}
+
+	// spec.reason is among the members the CRD's own rule compares, so the CRD refuses its change
+	// before the policy is asked (on a cluster without config/admission too).
+	const crdRefused = `spec: Invalid value: spec is immutable: what a human approved is what runs; create a new ToolCall instead`
+	t.Run("spec.reason", func(t *testing.T) {
+		for name, c := range map[string]struct{ before, after any }{
+			"changed": {before: "the customer asked for a refund", after: "the customer asked for a refund of everything"},
+			"added":   {before: nil, after: "approved by finance already"},
+			"removed": {before: "the customer asked for a refund", after: nil},
+		} {
+			t.Run(name, func(t *testing.T) {
+				g := NewWithT(t)
+				u := toolCallU(ns, "reason-"+name, nil)
+				if c.before != nil {
+					g.Expect(unstructured.SetNestedField(u.Object, c.before, "spec", "reason")).To(Succeed())
+				}
+				g.Expect(a.client.Create(ctx, u)).To(Succeed())
+				if c.after != nil {
+					g.Expect(unstructured.SetNestedField(u.Object, c.after, "spec", "reason")).To(Succeed())
+				} else {
+					unstructured.RemoveNestedField(u.Object, "spec", "reason")
+				}
+				err := env.Client.Update(ctx, u)
+				g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
+				g.Expect(err.Error()).To(HaveSuffix(crdRefused))
+
+				got := &unstructured.Unstructured{}
+				got.SetGroupVersionKind(tg.GroupVersion.WithKind("ToolCall"))
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(u), got)).To(Succeed())
+				reason, found, _ := unstructured.NestedString(got.Object, "spec", "reason")
+				if c.before == nil {
+					g.Expect(found).To(BeFalse())
+				} else {
+					g.Expect(reason).To(Equal(c.before))
+				}
+			})
+		}
+	})
+
+	t.Run("a renamed key and a changed reason: the CRD's rule refuses first", func(t *testing.T) {
+		g := NewWithT(t)
+		u := toolCallU(ns, "two-members", nil)
+		g.Expect(unstructured.SetNestedField(u.Object, "first reason", "spec", "reason")).To(Succeed())
+		g.Expect(a.client.Create(ctx, u)).To(Succeed())
+		g.Expect(unstructured.SetNestedField(u.Object, "second reason", "spec", "reason")).To(Succeed())
+		g.Expect(unstructured.SetNestedField(u.Object, map[string]any{"refund_to": "acct_999"}, "spec", "arguments")).To(Succeed())
+		err := env.Client.Update(ctx, u)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
+		g.Expect(err.Error()).To(HaveSuffix(crdRefused))
+	})
+
+	t.Run("a metadata update that sends the spec back respelled is allowed", func(t *testing.T) {
+		g := NewWithT(t)
+		u := toolCallU(ns, "respelled", nil)
+		g.Expect(a.client.Create(ctx, u)).To(Succeed())
+		g.Expect(unstructured.SetNestedField(u.Object, "2700s", "spec", "waitingLimit")).To(Succeed())
+		u.SetLabels(map[string]string{"team": "payments"})
+		g.Expect(env.Client.Update(ctx, u)).To(Succeed())
+		got := &tg.ToolCall{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(u), got)).To(Succeed())
+		g.Expect(got.Labels).To(HaveKeyWithValue("team", "payments"))
+		g.Expect(got.Spec.WaitingLimit.Duration).To(Equal(45 * time.Minute))
+	})
 }
 
 func toolCallU(ns, name string, requester map[string]any) *unstructured.Unstructured {
@@ -489,8 +599,8 @@ func TestRefusedCallNeverReachesTheProvider(t *testing.T) {
 	expectNotStored(h.G, refused)
 }
 
-// The requester reaches the approver (the reference provider records the Toolgate-Requester header
-// the controller sends) and every event of the ToolCall.
+// The requester reaches the approver (in the approval request's context object, which the provider
+// shows next to the arguments) and every event of the ToolCall.
 func TestRequesterReachesTheProviderAndTheEvents(t *testing.T) {
 	h := th.New(t, env)
 	h.Tool("issue-refund", "issue_refund", "")
@@ -500,8 +610,18 @@ func TestRequesterReachesTheProviderAndTheEvents(t *testing.T) {
 	tc := h.NewToolCall("refund", "issue_refund", th.RefundArgs, 45*time.Minute, nil)
 	h.G.Expect(a.client.Create(ctx, tc)).To(Succeed())
 	req := h.PendingRequest("refund")
-	h.G.Expect(req.Requester).To(Equal(a.user))
 	h.G.Expect(req.Tool).To(Equal("issue_refund"))
+	var reqCtx struct {
+		Namespace string `json:"namespace"`
+		Requester struct {
+			Username string   `json:"username"`
+			Groups   []string `json:"groups"`
+		} `json:"requester"`
+	}
+	h.G.Expect(json.Unmarshal(req.Context, &reqCtx)).To(Succeed(), "context: %s", req.Context)
+	h.G.Expect(reqCtx.Namespace).To(Equal(h.NS))
+	h.G.Expect(reqCtx.Requester.Username).To(Equal(a.user))
+	h.G.Expect(reqCtx.Requester.Groups).To(Equal(a.groups))
 
 	h.G.Eventually(func(g Gomega) {
 		list := &eventsv1.EventList{}

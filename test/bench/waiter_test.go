@@ -139,8 +139,8 @@ func TestWaiterServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := fmt.Sprintf(`{"id":"request-1","tool":%q,"arguments":%s,"arguments_sha256":%q,"timeout":"30m","status":"pending","created_at":"2026-01-01T00:00:00Z","deadline_at":"2036-01-01T00:30:00Z"}`,
-		ref.Tool, waiterSubmission.Arguments, ref.ArgumentsSHA256)
+	body := fmt.Sprintf(`{"id":"request-1","tool":%q,"arguments":%s,"timeout":"30m","status":"pending","created_at":"2026-01-01T00:00:00Z","deadline_at":"2036-01-01T00:30:00Z"}`,
+		ref.Tool, waiterSubmission.Arguments)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 		select {

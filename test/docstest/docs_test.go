@@ -1,8 +1,9 @@
-// Package docs_test keeps the user documentation honest: it reads the API types, the controller and
-// the manifests, and fails when docs/ no longer describes what they do.
+// Package docs_test keeps the user documentation honest: it reads the API types, the controller's
+// outcome and event tables and the manifests, and fails when docs/ no longer describes what they do.
 //
-//   - Every reason the controller uses is in docs/troubleshooting.md, and its table has a row for
-//     exactly the (phase, reason) pairs the controller records.
+//   - Every reason the API declares is in docs/troubleshooting.md; its table has a row for exactly the
+//     (phase, reason) pairs of the controller's outcome table (controllers.Outcomes), and its event
+//     tables give each reason of the controller's event table (controllers.Events) with its type.
 //   - Every metric Toolgate registers is in docs/metrics.md with its labels, and that page names no
 //     toolgate_ metric that does not exist.
 //   - The Argo CD health check in docs/gitops.md maps every phase to the right health, and the Flux
@@ -21,7 +22,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	gotypes "go/types"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,44 +38,52 @@ import (
 	"sigs.k8s.io/yaml"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
 )
-
-const apiImportPath = "toolgate.dev/toolgate/api/v1alpha1"
 
 // ---------------------------------------------------------------------------------------------------
 // Reasons and phases
 
-func TestTroubleshootingNamesEveryReasonTheControllerUses(t *testing.T) {
+// Every reason the API declares is described in docs/troubleshooting.md, and every reason of the
+// controller's outcome and event tables is one the API declares.
+func TestTroubleshootingNamesEveryReason(t *testing.T) {
 	g := NewWithT(t)
 	reasons := stringConsts(t, "api/v1alpha1/reasons.go", "Reason")
-	used := controllerReasons(t)
-	// Guards against a parser that finds nothing: these are used for certain.
-	g.Expect(used).To(ContainElements("ReasonDenied", "ReasonCancelFailed", "ReasonApproved"))
+	declared := map[string]string{}
+	for name, value := range reasons {
+		declared[value] = name
+	}
+	for _, row := range controllers.Outcomes() {
+		g.Expect(declared).To(HaveKey(row.Reason), "the outcome table records %s/%s, a reason api/v1alpha1/reasons.go does not declare", row.Phase, row.Reason)
+	}
+	for _, row := range controllers.Events() {
+		g.Expect(declared).To(HaveKey(row.Reason), "the event table emits reason %s, which api/v1alpha1/reasons.go does not declare", row.Reason)
+	}
 
 	doc := readFile(t, "docs/troubleshooting.md")
-	for _, name := range used {
-		value, ok := reasons[name]
-		g.Expect(ok).To(BeTrue(), "controllers uses %s, which api/v1alpha1/reasons.go does not declare as a string constant", name)
+	for name, value := range reasons {
 		g.Expect(doc).To(ContainSubstring("`"+value+"`"),
-			"controllers uses reason %s (%q); describe it in docs/troubleshooting.md as `%s`", name, value, value)
+			"api/v1alpha1/reasons.go declares reason %s (%q); describe it in docs/troubleshooting.md as `%s`", name, value, value)
 	}
 }
 
+// The table of docs/troubleshooting.md has a row for exactly the (phase, reason) pairs of the
+// controller's outcome table, and every phase has a row.
 func TestTroubleshootingTableHasARowPerPhaseAndReason(t *testing.T) {
 	g := NewWithT(t)
 	phases := stringConsts(t, "api/v1alpha1/toolcall_types.go", "Phase")
-	reasons := stringConsts(t, "api/v1alpha1/reasons.go", "Reason")
-	pairs := controllerPhaseReasons(t)
-	g.Expect(pairs).To(ContainElements("Denied/ReasonDenied", "Rejected/ReasonUnknownTool", "Failed/ReasonInvalidTool"))
+	outcomes := controllers.Outcomes()
+	g.Expect(outcomes).To(ContainElements(
+		HaveField("Phase", tg.PhaseDenied), HaveField("Reason", tg.ReasonUnknownTool), HaveField("Reason", tg.ReasonInvalidTool)))
 
+	declared := map[tg.ToolCallPhase]bool{}
+	for _, p := range phases {
+		declared[tg.ToolCallPhase(p)] = true
+	}
 	want := map[string]bool{}
-	for _, p := range pairs {
-		phaseConst, reasonConst, _ := strings.Cut(p, "/")
-		phase, ok := phases["Phase"+phaseConst]
-		g.Expect(ok).To(BeTrue(), "unknown phase constant Phase%s", phaseConst)
-		reason, ok := reasons[reasonConst]
-		g.Expect(ok).To(BeTrue(), "unknown reason constant %s", reasonConst)
-		want["`"+phase+"` `"+reason+"`"] = true
+	for _, row := range outcomes {
+		g.Expect(declared).To(HaveKey(row.Phase), "the outcome table records phase %s, which api/v1alpha1/toolcall_types.go does not declare", row.Phase)
+		want["`"+string(row.Phase)+"` `"+row.Reason+"`"] = true
 	}
 
 	got := map[string]bool{}
@@ -99,115 +107,23 @@ func TestTroubleshootingTableHasARowPerPhaseAndReason(t *testing.T) {
 	}
 }
 
-// controllerReasons returns the Reason* constants of the API package that the controller's
-// non-test files refer to.
-func controllerReasons(t *testing.T) []string {
-	t.Helper()
-	var names []string
-	for _, f := range controllerFiles(t) {
-		alias := apiAlias(f)
-		ast.Inspect(f, func(n ast.Node) bool {
-			if name, ok := apiSelector(n, alias, "Reason"); ok && !slices.Contains(names, name) {
-				names = append(names, name)
-			}
-			return true
-		})
-	}
-	slices.Sort(names)
-	return names
-}
-
-// controllerPhaseReasons returns "Phase/ReasonConst" for every setPhase call in the controller. A
-// call passing a rejection's reason (rej.reason) stands for every reason a rejection literal carries,
-// and one passing a notStarted's phase and reason (stop.phase, stop.reason) for every pair a notStarted
-// literal carries.
-func controllerPhaseReasons(t *testing.T) []string {
-	t.Helper()
-	files := controllerFiles(t)
-	var rejectionReasons []string
-	for _, f := range files {
-		alias := apiAlias(f)
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.CompositeLit)
-			if !ok || !isIdent(lit.Type, "rejection") || len(lit.Elts) == 0 {
-				return true
-			}
-			first := lit.Elts[0]
-			if kv, ok := first.(*ast.KeyValueExpr); ok {
-				first = kv.Value
-			}
-			if name, ok := apiSelector(first, alias, "Reason"); ok && !slices.Contains(rejectionReasons, name) {
-				rejectionReasons = append(rejectionReasons, name)
-			}
-			return true
-		})
-	}
-	if len(rejectionReasons) == 0 {
-		t.Fatal("found no rejection{...} literal in controllers; update controllerPhaseReasons in test/docstest")
-	}
-	var notStartedPairs []string
-	for _, f := range files {
-		alias := apiAlias(f)
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.CompositeLit)
-			if !ok || !isIdent(lit.Type, "notStarted") || len(lit.Elts) < 2 {
-				return true
-			}
-			phase, okP := apiSelector(lit.Elts[0], alias, "Phase")
-			reason, okR := apiSelector(lit.Elts[1], alias, "Reason")
-			if !okP || !okR {
-				t.Errorf("a notStarted literal in controllers does not start with a v1alpha1.Phase* and a v1alpha1.Reason* constant (%s); update controllerPhaseReasons in test/docstest", gotypes.ExprString(lit))
-				return true
-			}
-			notStartedPairs = append(notStartedPairs, strings.TrimPrefix(phase, "Phase")+"/"+reason)
-			return true
-		})
-	}
-	if len(notStartedPairs) == 0 {
-		t.Fatal("found no notStarted{...} literal in controllers; update controllerPhaseReasons in test/docstest")
-	}
-
-	var pairs []string
-	add := func(p string) {
-		if !slices.Contains(pairs, p) {
-			pairs = append(pairs, p)
+// The event tables of docs/troubleshooting.md give each reason of the controller's event table with
+// its type.
+func TestTroubleshootingEventTablesMatchTheControllersEvents(t *testing.T) {
+	g := NewWithT(t)
+	documented := map[string][]string{} // reason -> the types the docs' event rows give it
+	for _, row := range tableRows(readFile(t, "docs/troubleshooting.md")) {
+		if len(row) >= 3 && isCode(row[0]) && (row[1] == corev1.EventTypeNormal || row[1] == corev1.EventTypeWarning) {
+			reason := strings.Trim(row[0], "`")
+			documented[reason] = append(documented[reason], row[1])
 		}
 	}
-	for _, f := range files {
-		alias := apiAlias(f)
-		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok || !isIdent(call.Fun, "setPhase") || len(call.Args) != 4 {
-				return true
-			}
-			if isField(call.Args[1], "phase") && isField(call.Args[2], "reason") {
-				for _, p := range notStartedPairs {
-					add(p)
-				}
-				return true
-			}
-			phase, ok := apiSelector(call.Args[1], alias, "Phase")
-			if !ok {
-				t.Errorf("a setPhase call in controllers passes a phase that is not a v1alpha1.Phase* constant (%s); update controllerPhaseReasons in test/docstest", gotypes.ExprString(call.Args[1]))
-				return true
-			}
-			phase = strings.TrimPrefix(phase, "Phase")
-			var reasons []string
-			if reason, ok := apiSelector(call.Args[2], alias, "Reason"); ok {
-				reasons = []string{reason}
-			} else if isField(call.Args[2], "reason") {
-				reasons = rejectionReasons
-			} else {
-				t.Errorf("a setPhase call in controllers passes a reason this test cannot resolve (%s); update controllerPhaseReasons in test/docstest", gotypes.ExprString(call.Args[2]))
-				return true
-			}
-			for _, r := range reasons {
-				add(phase + "/" + r)
-			}
-			return true
-		})
+	events := controllers.Events()
+	g.Expect(events).To(ContainElement(HaveField("Reason", tg.ReasonCancelFailed)))
+	for _, e := range events {
+		g.Expect(documented).To(HaveKeyWithValue(e.Reason, []string{e.Type}),
+			"the controller emits %s events with reason %s (action %s); docs/troubleshooting.md lists it in an event table, once, as | `%s` | %s |", e.Type, e.Reason, e.Action, e.Reason, e.Type)
 	}
-	return pairs
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -696,30 +612,6 @@ func parseFile(t *testing.T, rel string) *ast.File {
 	return f
 }
 
-// controllerFiles parses the non-test Go files of controllers.
-func controllerFiles(t *testing.T) []*ast.File {
-	t.Helper()
-	matches, err := filepath.Glob(filepath.Join(repoRoot(t), "controllers/*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, m := range matches {
-		if strings.HasSuffix(m, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), m, nil, 0)
-		if err != nil {
-			t.Fatalf("parsing %s: %v", m, err)
-		}
-		files = append(files, f)
-	}
-	if len(files) == 0 {
-		t.Fatal("no Go files in controllers")
-	}
-	return files
-}
-
 // stringConsts returns the string constants of a file whose names start with prefix, by name.
 func stringConsts(t *testing.T, rel, prefix string) map[string]string {
 	t.Helper()
@@ -747,28 +639,6 @@ func stringConsts(t *testing.T, rel, prefix string) map[string]string {
 	return out
 }
 
-// apiAlias is the name under which a file imports the API package ("" when it does not).
-func apiAlias(f *ast.File) string {
-	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == apiImportPath {
-			if imp.Name != nil {
-				return imp.Name.Name
-			}
-			return "v1alpha1"
-		}
-	}
-	return ""
-}
-
-// apiSelector reports whether n is alias.<prefix>Something and returns Something's full name.
-func apiSelector(n ast.Node, alias, prefix string) (string, bool) {
-	sel, ok := n.(*ast.SelectorExpr)
-	if !ok || alias == "" || !isIdent(sel.X, alias) || !strings.HasPrefix(sel.Sel.Name, prefix) {
-		return "", false
-	}
-	return sel.Sel.Name, true
-}
-
 func isIdent(e ast.Expr, name string) bool {
 	id, ok := e.(*ast.Ident)
 	return ok && id.Name == name
@@ -781,12 +651,6 @@ func stringLit(e ast.Expr) (string, bool) {
 	}
 	s, err := strconv.Unquote(lit.Value)
 	return s, err == nil
-}
-
-// isField says whether e selects the field name (x.name).
-func isField(e ast.Expr, name string) bool {
-	sel, ok := e.(*ast.SelectorExpr)
-	return ok && sel.Sel.Name == name
 }
 
 // tableRows returns the cells of every Markdown table row (header and separator rows included).

@@ -72,8 +72,10 @@ const probeUser = "toolgate:testenv:admission-probe"
 
 // InstallAdmission creates the admission policies of config/admission and waits until the apiserver
 // enforces them: a dry-run ToolCall created by the admin gets its requester recorded, one created by a
-// user who may create ToolCalls but call no tool is refused, and a dry-run Tool not named after its
-// toolName draws the naming convention's warning.
+// user who may create ToolCalls but call no tool is refused, a dry-run update that replaces a key of a
+// ToolCall's spec.arguments by another is refused as a change of spec, and a dry-run Tool not named
+// after its toolName draws the naming convention's warning. The ToolCall that last check updates is
+// created in namespace default and deleted before InstallAdmission returns.
 func InstallAdmission(cfg *rest.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,6 +123,12 @@ func InstallAdmission(cfg *rest.Config) error {
 	}
 
 	var last error
+	var stored *unstructured.Unstructured // the ToolCall the immutability check updates (dry run)
+	defer func() {
+		if stored != nil {
+			_ = c.Delete(context.Background(), stored)
+		}
+	}()
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		tc := probeToolCall()
 		if err := c.Create(ctx, tc, client.DryRunAll); err != nil {
@@ -134,6 +142,26 @@ func InstallAdmission(cfg *rest.Config) error {
 		err := probe.Create(ctx, probeToolCall(), client.DryRunAll)
 		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not call tool") {
 			last = fmt.Errorf("the authorization policy has not refused a caller without the call verb yet: %v", err)
+			return false, nil
+		}
+		if stored == nil {
+			tc := probeToolCall()
+			if err := unstructured.SetNestedField(tc.Object, map[string]any{"probe": int64(1)}, "spec", "arguments"); err != nil {
+				return false, err
+			}
+			if err := c.Create(ctx, tc); err != nil {
+				last = fmt.Errorf("ToolCall for the immutability check: %w", err)
+				return false, nil
+			}
+			stored = tc
+		}
+		renamed := stored.DeepCopy()
+		if err := unstructured.SetNestedField(renamed.Object, map[string]any{"renamed": int64(1)}, "spec", "arguments"); err != nil {
+			return false, err
+		}
+		err = c.Update(ctx, renamed, client.DryRunAll)
+		if err == nil || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec is immutable") || !strings.Contains(err.Error(), "spec.arguments") {
+			last = fmt.Errorf("the spec immutability policy has not refused a renamed key of spec.arguments yet: %v", err)
 			return false, nil
 		}
 		warnings.set("")

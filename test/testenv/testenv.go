@@ -12,7 +12,7 @@ import (
 )
 
 // Start starts the control plane and installs the CRDs and the admission policies of config/admission
-// (who may call which tool, who asked), as a cluster that runs Toolgate has them. envtest's
+// (who may call which tool, who asked, spec never changes), as a cluster that runs Toolgate has them. envtest's
 // kube-apiserver runs the default admission plugins (envtest only disables ServiceAccount), among them
 // ValidatingAdmissionPolicy and MutatingAdmissionPolicy, both GA and on by default since 1.36;
 // InstallAdmission fails, naming the API, when admissionregistration.k8s.io/v1 does not serve them.

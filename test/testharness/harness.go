@@ -29,7 +29,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
@@ -115,6 +114,8 @@ type Harness struct {
 	clientOpts   provider.Options
 	noManager    bool
 	providerTLS  *tls.Certificate
+	// externalURL and externalCredential, when set, are the provider the manager's client talks to.
+	externalURL, externalCredential string
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -150,6 +151,12 @@ func WithProviderTLS(cert tls.Certificate) Option {
 // WithProfile serves the reference provider in profile p, whatever ProfileEnv says.
 func WithProfile(p reference.Profile) Option {
 	return func(h *Harness) { h.providerOpts.Profile = p }
+}
+
+// WithExternalProvider points the manager's provider client at baseURL, authenticating with
+// credential, instead of at the harness's reference provider (which still starts, unused by the manager).
+func WithExternalProvider(baseURL, credential string) Option {
+	return func(h *Harness) { h.externalURL, h.externalCredential = baseURL, credential }
 }
 
 // WithoutManager leaves the manager stopped: the test starts it (Start) or runs its own.
@@ -210,8 +217,12 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = srv.Close() })
 
-	g.Expect(os.WriteFile(h.CredFile, []byte(h.providerOpts.Credential+"\n"), 0o600)).To(Succeed())
-	h.clientOpts.BaseURL = h.URL
+	cred, base := h.providerOpts.Credential, h.URL
+	if h.externalURL != "" {
+		cred, base = h.externalCredential, h.externalURL
+	}
+	g.Expect(os.WriteFile(h.CredFile, []byte(cred+"\n"), 0o600)).To(Succeed())
+	h.clientOpts.BaseURL = base
 	pc, err := provider.NewHTTPClient(h.clientOpts)
 	g.Expect(err).NotTo(HaveOccurred())
 	h.Opts.Provider = pc
@@ -222,17 +233,14 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	return h
 }
 
-// Seed reports whether the reference provider speaks the seed profile: among others, it has no cancel
-// endpoint, so a request Toolgate gives up on stays pending until its deadline.
+// Seed reports whether the reference provider speaks the seed profile: the fewest fields AAP allows
+// (no agent_reasoning or context echoed) and plain-text error bodies. It cancels (DELETE) as every
+// AAP provider does.
 func (h *Harness) Seed() bool { return h.Provider.Profile() == reference.ProfileSeed }
 
 // WithdrawnStatus is the provider status of a request Toolgate withdrew (a deleted ToolCall, a
-// rejected acceptance record): cancelled, or pending until its deadline from a provider without a
-// cancel endpoint (the seed profile).
+// rejected acceptance record): cancelled, in both profiles, since both implement DELETE.
 func (h *Harness) WithdrawnStatus() string {
-	if h.Seed() {
-		return provider.StatusPending
-	}
 	return provider.StatusCancelled
 }
 
@@ -472,40 +480,4 @@ func (h *Harness) EventReasons(name string) []string {
 		}
 	}
 	return reasons
-}
-
-// MetricValue reads a counter, gauge or histogram sample count from the controller-runtime registry,
-// summed over the series whose labels include labels.
-func MetricValue(name string, labels map[string]string) float64 {
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		panic(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				total += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				total += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				total += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return total
 }

@@ -35,8 +35,8 @@ func hashApprovers(opts Options) (map[[sha256.Size]byte]string, error) {
 		if cred == "" {
 			return nil, fmt.Errorf("approver %s has an empty credential", name)
 		}
-		if cred == opts.Credential || cred == opts.AdminCredential {
-			return nil, fmt.Errorf("approver %s's credential is the provider or admin credential: give each approver their own", name)
+		if cred == opts.Credential || cred == opts.AdminCredential || cred == opts.ProvisionerToken {
+			return nil, fmt.Errorf("approver %s's credential is the instance, admin or provisioner credential: give each approver their own", name)
 		}
 		h := sha256.Sum256([]byte(cred))
 		if other, dup := out[h]; dup {
@@ -68,7 +68,7 @@ func (s *Server) approverAPI(h func(r *http.Request, approver string) reply) htt
 		scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
 		name, ok := s.approverFor(token)
 		if !found || !strings.EqualFold(scheme, "Bearer") || !ok {
-			write(w, unauthenticated())
+			write(w, unauthenticated("the admin credential or an approver's credential is required"))
 			return
 		}
 		write(w, h(r, name))

@@ -14,10 +14,11 @@ type Operation string
 
 // Operations.
 const (
-	OpSubmit Operation = "submit" // POST /v1/requests
-	OpGet    Operation = "get"    // GET /v1/requests/{id}
-	OpCancel Operation = "cancel" // POST /v1/requests/{id}/cancel
-	OpAny    Operation = "any"    // matches submit, get and cancel
+	OpSubmit    Operation = "submit"    // POST /v1/requests
+	OpGet       Operation = "get"       // GET /v1/requests/{id}
+	OpCancel    Operation = "cancel"    // DELETE /v1/requests/{id}
+	OpInstances Operation = "instances" // POST /v1/instances, GET, PATCH and DELETE /v1/instances/{id}
+	OpAny       Operation = "any"       // matches every operation
 )
 
 // FaultKind is what a fault rule does to a call it fires on.
@@ -25,18 +26,24 @@ type FaultKind string
 
 // Fault kinds.
 const (
-	// FaultError5xx answers with a problem+json 5xx (FaultRule.Status, default 503) without doing the operation.
+	// FaultError5xx answers with a 5xx (FaultRule.Status, default 503) without doing the operation: an
+	// ErrorResponse for 500 (internal) and 503 (unavailable), plain text for any other status, as an
+	// intermediary in front of a provider answers.
 	FaultError5xx FaultKind = "error5xx"
 	// FaultDropAfterCommit performs the operation and commits it, then closes the connection without a response.
 	FaultDropAfterCommit FaultKind = "drop_after_commit"
 	// FaultDelay waits FaultRule.Delay before performing the operation. If the client goes away first, the
 	// operation is not performed. A delayed submission holds its Idempotency-Key meanwhile, so a concurrent
-	// submission with the same key gets 409 idempotency_in_flight.
+	// submission with the same key waits for it, then replays it.
 	FaultDelay FaultKind = "delay"
 	// FaultReset resets the TCP connection (RST) without doing the operation.
 	FaultReset FaultKind = "reset"
 	// FaultRateLimit answers 429 rate_limited with Retry-After (FaultRule.RetryAfter, in whole seconds, rounded up).
 	FaultRateLimit FaultKind = "rate_limit"
+	// FaultDecideBeforeCancel (op cancel only) decides a pending request (FaultRule.Decision: approved, the
+	// default, or denied) just before the cancellation is applied, so that the DELETE answers 409
+	// already_terminal: a human deciding while the cancellation is on its way.
+	FaultDecideBeforeCancel FaultKind = "decide_before_cancel"
 )
 
 // FaultRule injects a fault into matching calls. A rule fires on a matching call with probability
@@ -46,13 +53,14 @@ const (
 //
 // In JSON, Delay and RetryAfter are Go duration strings: {"op":"submit","kind":"delay","delay":"2s","count":1}.
 type FaultRule struct {
-	Op          Operation     // submit, get, cancel or any (the default)
+	Op          Operation     // submit, get, cancel, instances or any (the default; cancel for decide_before_cancel)
 	Kind        FaultKind     // what the fault does
 	Probability float64       // in [0, 1]; 0 means every matching call
 	Count       int           // fires this many more times, then the rule is removed; 0 means unlimited
 	Status      int           // error5xx: the HTTP status, 500-599 (default 503)
 	Delay       time.Duration // delay: how long to wait before the operation
 	RetryAfter  time.Duration // rate_limit: the Retry-After value; error5xx: sent if positive
+	Decision    string        // decide_before_cancel: approved (the default) or denied
 }
 
 type faultRuleJSON struct {
@@ -63,13 +71,14 @@ type faultRuleJSON struct {
 	Status      int       `json:"status,omitempty"`
 	Delay       string    `json:"delay,omitempty"`
 	RetryAfter  string    `json:"retry_after,omitempty"`
+	Decision    string    `json:"decision,omitempty"`
 }
 
 // MarshalJSON renders the rule with durations as Go duration strings.
 func (r FaultRule) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultRuleJSON{
 		Op: r.Op, Kind: r.Kind, Probability: r.Probability, Count: r.Count, Status: r.Status,
-		Delay: formatDuration(r.Delay), RetryAfter: formatDuration(r.RetryAfter),
+		Delay: formatDuration(r.Delay), RetryAfter: formatDuration(r.RetryAfter), Decision: r.Decision,
 	})
 }
 
@@ -89,7 +98,7 @@ func (r *FaultRule) UnmarshalJSON(data []byte) error {
 	}
 	*r = FaultRule{
 		Op: j.Op, Kind: j.Kind, Probability: j.Probability, Count: j.Count, Status: j.Status,
-		Delay: delay, RetryAfter: retryAfter,
+		Delay: delay, RetryAfter: retryAfter, Decision: j.Decision,
 	}
 	return nil
 }
@@ -116,11 +125,14 @@ func parseOptionalDuration(field, s string) (time.Duration, error) {
 func (r FaultRule) normalised() (FaultRule, error) {
 	if r.Op == "" {
 		r.Op = OpAny
+		if r.Kind == FaultDecideBeforeCancel {
+			r.Op = OpCancel
+		}
 	}
 	switch r.Op {
-	case OpSubmit, OpGet, OpCancel, OpAny:
+	case OpSubmit, OpGet, OpCancel, OpInstances, OpAny:
 	default:
-		return r, fmt.Errorf("unknown fault op %q", r.Op)
+		return r, fmt.Errorf("unknown fault op %q: use submit, get, cancel, instances or any", r.Op)
 	}
 	if r.Probability < 0 || r.Probability > 1 {
 		return r, fmt.Errorf("fault probability %v is outside [0, 1]", r.Probability)
@@ -146,9 +158,22 @@ func (r FaultRule) normalised() (FaultRule, error) {
 		if r.Delay <= 0 {
 			return r, fmt.Errorf("a delay fault needs a positive delay")
 		}
+	case FaultDecideBeforeCancel:
+		if r.Op != OpCancel {
+			return r, fmt.Errorf("a decide_before_cancel fault acts on cancellations: its op is cancel, not %q", r.Op)
+		}
+		if r.Decision == "" {
+			r.Decision = "approved"
+		}
+		if r.Decision != "approved" && r.Decision != "denied" {
+			return r, fmt.Errorf("a decide_before_cancel fault's decision is approved or denied, not %q", r.Decision)
+		}
 	case FaultDropAfterCommit, FaultReset, FaultRateLimit:
 	default:
 		return r, fmt.Errorf("unknown fault kind %q", r.Kind)
+	}
+	if r.Decision != "" && r.Kind != FaultDecideBeforeCancel {
+		return r, fmt.Errorf("only a decide_before_cancel fault has a decision")
 	}
 	return r, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/provider"
@@ -21,23 +22,30 @@ func (e *env) setFaults(rules ...reference.FaultRule) {
 	e.g.Expect(e.srv.Faults().Set(rules...)).To(Succeed())
 }
 
+// A 500 or 503 is an ErrorResponse of its type; another 5xx is plain text, as a proxy in front of a
+// provider would answer.
 func TestFaultError5xx(t *testing.T) {
 	e := start(t)
 	e.setFaults(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Status: 502, Count: 1})
 
-	e.expectProblem(e.submit("key-1", refund()), http.StatusBadGateway, provider.CodeInternal)
+	r := e.submit("key-1", refund())
+	e.g.Expect(r.status).To(Equal(http.StatusBadGateway))
+	e.g.Expect(r.header.Get("Content-Type")).To(HavePrefix("text/plain"))
+	e.g.Expect(string(r.body)).To(Equal("502 Bad Gateway\n"))
 	e.g.Expect(e.srv.List("")).To(BeEmpty(), "the operation did not happen")
 	e.g.Expect(e.srv.Faults().Rules()).To(BeEmpty(), "the rule's count is used up")
 	e.expectRequest(e.submit("key-1", refund()), http.StatusCreated)
 
 	e.setFaults(reference.FaultRule{Kind: reference.FaultError5xx, Count: 1, RetryAfter: 2 * time.Second})
-	r := e.get("anything", "")
-	e.expectProblem(r, http.StatusServiceUnavailable, provider.CodeInternal)
+	r = e.get(uuid.NewString(), "")
+	e.expectError(r, http.StatusServiceUnavailable, provider.CodeUnavailable)
 	e.g.Expect(r.header.Get("Retry-After")).To(Equal("2"))
+	e.setFaults(reference.FaultRule{Kind: reference.FaultError5xx, Status: 500, Count: 1})
+	e.expectError(e.get(uuid.NewString(), ""), http.StatusInternalServerError, provider.CodeInternal)
 
 	s := e.stats()
-	e.g.Expect(s.FaultsFired).To(BeEquivalentTo(2))
-	e.g.Expect(s.Faults).To(Equal(map[reference.FaultKind]int64{reference.FaultError5xx: 2}))
+	e.g.Expect(s.FaultsFired).To(BeEquivalentTo(3))
+	e.g.Expect(s.Faults).To(Equal(map[reference.FaultKind]int64{reference.FaultError5xx: 3}))
 	e.g.Expect(s.Creates).To(BeEquivalentTo(1))
 }
 
@@ -47,7 +55,7 @@ func TestFaultRateLimit(t *testing.T) {
 	e.setFaults(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultRateLimit, RetryAfter: 3 * time.Second, Count: 1})
 
 	r := e.get(id, "")
-	e.expectProblem(r, http.StatusTooManyRequests, provider.CodeRateLimited)
+	e.expectError(r, http.StatusTooManyRequests, provider.CodeRateLimited)
 	e.g.Expect(r.header.Get("Retry-After")).To(Equal("3"))
 	e.expectRequest(e.get(id, ""), http.StatusOK)
 	e.g.Expect(e.stats().Responses[reference.OpGet]).To(Equal(map[int]int64{429: 1, 200: 1}))
@@ -64,23 +72,66 @@ func TestFaultDropAfterCommitOnSubmit(t *testing.T) {
 	e.g.Expect(pending).To(HaveLen(1), "the request was created although no response arrived")
 
 	r := e.submit("key-1", refund())
-	e.g.Expect(e.expectRequest(r, http.StatusOK).ID).To(Equal(pending[0].ID))
-	e.g.Expect(r.header.Get(provider.HeaderIdempotentReplayed)).To(Equal("true"))
+	e.g.Expect(e.expectRequest(r, http.StatusOK).ID).To(Equal(pending[0].ID), "the replay recovers it")
 	s := e.stats()
 	e.g.Expect(s.Creates).To(BeEquivalentTo(1))
 	e.g.Expect(s.Replays).To(BeEquivalentTo(1))
 	e.g.Expect(s.Responses[reference.OpSubmit]).To(Equal(map[int]int64{0: 1, 200: 1}))
 }
 
-func TestFaultDropAfterCommitOnCancel(t *testing.T) {
+// Every fault kind acts on DELETE /v1/requests/{id} too.
+func TestFaultsOnCancel(t *testing.T) {
 	e := start(t)
-	id := e.create("key-1").ID
-	e.setFaults(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultDropAfterCommit, Count: 1})
 
-	_, err := e.try(e.request(http.MethodPost, "/v1/requests/"+id+"/cancel", nil))
+	id := e.create("drop").ID
+	e.setFaults(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultDropAfterCommit, Count: 1})
+	_, err := e.try(e.request(http.MethodDelete, "/v1/requests/"+id, nil))
 	e.g.Expect(err).To(MatchError(io.EOF))
-	e.g.Expect(e.srv.Get(id)).To(HaveField("Status", provider.StatusCancelled))
+	e.g.Expect(e.srv.Get(id)).To(HaveField("Status", provider.StatusCancelled), "committed, the response lost")
+	e.g.Expect(e.expectRequest(e.cancel(id), http.StatusOK).Status).To(Equal(provider.StatusCancelled), "and a retry gets it")
+
+	id = e.create("reset").ID
+	e.setFaults(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultReset, Count: 1})
+	_, err = e.try(e.request(http.MethodDelete, "/v1/requests/"+id, nil))
+	e.g.Expect(errors.Is(err, syscall.ECONNRESET)).To(BeTrue(), "%v", err)
+	e.g.Expect(e.srv.Get(id)).To(HaveField("Status", provider.StatusPending), "not done")
+
+	e.setFaults(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Count: 1, RetryAfter: time.Second})
+	r := e.cancel(id)
+	e.expectError(r, http.StatusServiceUnavailable, provider.CodeUnavailable)
+	e.g.Expect(r.header.Get("Retry-After")).To(Equal("1"))
+	e.g.Expect(e.srv.Get(id)).To(HaveField("Status", provider.StatusPending))
+
+	e.setFaults(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultRateLimit, Count: 1, RetryAfter: 4 * time.Second})
+	r = e.cancel(id)
+	e.expectError(r, http.StatusTooManyRequests, provider.CodeRateLimited)
+	e.g.Expect(r.header.Get("Retry-After")).To(Equal("4"))
+
+	e.setFaults(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultDelay, Delay: 100 * time.Millisecond, Count: 1})
+	begin := time.Now()
 	e.g.Expect(e.expectRequest(e.cancel(id), http.StatusOK).Status).To(Equal(provider.StatusCancelled))
+	e.g.Expect(time.Since(begin)).To(BeNumerically(">=", 100*time.Millisecond))
+	e.g.Expect(e.stats().Faults).To(HaveLen(5))
+}
+
+// decide_before_cancel makes a decision race a cancellation: the request is decided just before the
+// DELETE is applied, which then answers 409 already_terminal and leaves the decision as it is.
+func TestFaultDecideBeforeCancel(t *testing.T) {
+	e := start(t)
+	e.setFaults(reference.FaultRule{Kind: reference.FaultDecideBeforeCancel, Count: 1},
+		reference.FaultRule{Kind: reference.FaultDecideBeforeCancel, Decision: provider.StatusDenied, Count: 1})
+	e.g.Expect(e.srv.Faults().Rules()).To(HaveEach(HaveField("Op", reference.OpCancel)))
+
+	for _, want := range []string{provider.StatusApproved, provider.StatusDenied} {
+		id := e.create("key-" + want).ID
+		e.expectError(e.cancel(id), http.StatusConflict, provider.CodeAlreadyTerminal)
+		decided := e.expectRequest(e.get(id, ""), http.StatusOK)
+		e.g.Expect(decided.Status).To(Equal(want))
+		e.g.Expect(decided.Decision.Note).To(ContainSubstring("injected race"))
+	}
+	id := e.create("no-more-rules").ID
+	e.g.Expect(e.expectRequest(e.cancel(id), http.StatusOK).Status).To(Equal(provider.StatusCancelled))
+	e.g.Expect(e.stats().Faults[reference.FaultDecideBeforeCancel]).To(BeEquivalentTo(2))
 }
 
 func TestFaultReset(t *testing.T) {
@@ -155,9 +206,9 @@ func TestFaultRulesMatchTheirOperation(t *testing.T) {
 		reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultRateLimit, Count: 1},
 		reference.FaultRule{Op: reference.OpAny, Kind: reference.FaultError5xx, Status: 500, Count: 2},
 	)
-	e.expectProblem(e.get(id, ""), http.StatusInternalServerError, provider.CodeInternal)
-	e.expectProblem(e.cancel(id), http.StatusTooManyRequests, provider.CodeRateLimited)
-	e.expectProblem(e.cancel(id), http.StatusInternalServerError, provider.CodeInternal)
+	e.expectError(e.get(id, ""), http.StatusInternalServerError, provider.CodeInternal)
+	e.expectError(e.cancel(id), http.StatusTooManyRequests, provider.CodeRateLimited)
+	e.expectError(e.cancel(id), http.StatusInternalServerError, provider.CodeInternal)
 	e.expectRequest(e.cancel(id), http.StatusOK)
 	e.g.Expect(e.srv.Faults().Rules()).To(BeEmpty())
 }
@@ -178,6 +229,9 @@ func TestFaultRuleValidation(t *testing.T) {
 		{Kind: reference.FaultError5xx, Status: 404, Count: 1},
 		{Kind: reference.FaultDelay, Count: 1},
 		{Kind: reference.FaultRateLimit, RetryAfter: -time.Second, Count: 1},
+		{Op: reference.OpGet, Kind: reference.FaultDecideBeforeCancel, Count: 1},
+		{Kind: reference.FaultDecideBeforeCancel, Decision: "expired", Count: 1},
+		{Kind: reference.FaultReset, Decision: "approved", Count: 1},
 	} {
 		g.Expect(s.Faults().Set(good, bad)).NotTo(Succeed(), "%+v", bad)
 		g.Expect(s.Faults().Add(bad)).NotTo(Succeed(), "%+v", bad)
@@ -201,7 +255,7 @@ func TestFaultsThroughAdminAPI(t *testing.T) {
 		json.RawMessage(`{"op":"get","kind":"rate_limit","count":2,"retry_after":"2s"}`))))
 	e.g.Expect(added).To(Equal([]reference.FaultRule{{Op: reference.OpGet, Kind: reference.FaultRateLimit, Count: 2, RetryAfter: 2 * time.Second}}))
 	r := e.get(id, "")
-	e.expectProblem(r, http.StatusTooManyRequests, provider.CodeRateLimited)
+	e.expectError(r, http.StatusTooManyRequests, provider.CodeRateLimited)
 	e.g.Expect(r.header.Get("Retry-After")).To(Equal("2"))
 	e.g.Expect(rules(e.do(e.request(http.MethodGet, "/admin/v1/faults", nil)))).To(HaveExactElements(HaveField("Count", 1)))
 
@@ -209,17 +263,19 @@ func TestFaultsThroughAdminAPI(t *testing.T) {
 	e.expectRequest(e.get(id, ""), http.StatusOK)
 
 	set := rules(e.do(e.request(http.MethodPut, "/admin/v1/faults",
-		json.RawMessage(`[{"kind":"delay","delay":"10ms","probability":1},{"op":"cancel","kind":"reset","count":1}]`))))
+		json.RawMessage(`[{"kind":"delay","delay":"10ms","probability":1},{"op":"cancel","kind":"reset","count":1},`+
+			`{"kind":"decide_before_cancel","decision":"denied","count":1}]`))))
 	e.g.Expect(set).To(Equal([]reference.FaultRule{
 		{Op: reference.OpAny, Kind: reference.FaultDelay, Delay: 10 * time.Millisecond, Probability: 1},
 		{Op: reference.OpCancel, Kind: reference.FaultReset, Count: 1},
+		{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Decision: provider.StatusDenied, Count: 1},
 	}))
 
 	for _, bad := range []string{`{"kind":"reset"}`, `{"kind":"delay","delay":"soon","count":1}`, `[]`} {
-		e.expectProblem(e.do(e.request(http.MethodPost, "/admin/v1/faults", json.RawMessage(bad))),
+		e.expectError(e.do(e.request(http.MethodPost, "/admin/v1/faults", json.RawMessage(bad))),
 			http.StatusBadRequest, provider.CodeInvalidRequest)
 	}
-	e.g.Expect(e.srv.Faults().Rules()).To(HaveLen(2), "a refused rule changes nothing")
+	e.g.Expect(e.srv.Faults().Rules()).To(HaveLen(3), "a refused rule changes nothing")
 
 	stats := e.do(e.request(http.MethodGet, "/admin/v1/stats", nil))
 	var s reference.Stats

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -17,7 +20,10 @@ import (
 	"toolgate.dev/toolgate/internal/provider/reference"
 )
 
-const credential = "s3cret-instance-credential"
+const (
+	credential  = "s3cret-instance-credential"
+	provisioner = "s3cret-provisioner-token"
+)
 
 var t0 = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
 
@@ -31,16 +37,18 @@ type env struct {
 	client *http.Client
 }
 
-// start runs a provider on 127.0.0.1 with a fake clock at t0 and a bbolt file in a temporary directory.
+// start runs a provider on 127.0.0.1 with a fake clock at t0, a bbolt file in a temporary directory,
+// the static credential and the provisioner token.
 func start(t *testing.T, options ...func(*reference.Options)) *env {
 	t.Helper()
 	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(10 * time.Second)
 	clk := clocktesting.NewFakeClock(t0)
 	opts := reference.Options{
-		DBPath:     filepath.Join(t.TempDir(), "provider.db"),
-		Credential: credential,
-		Clock:      clk,
+		DBPath:           filepath.Join(t.TempDir(), "provider.db"),
+		Credential:       credential,
+		ProvisionerToken: provisioner,
+		Clock:            clk,
 	}
 	for _, o := range options {
 		o(&opts)
@@ -73,11 +81,18 @@ type response struct {
 	body   []byte
 }
 
-// request builds an authenticated request; body, if not nil, is sent as JSON (a []byte as it is).
+// request builds a request with the static credential; body, if not nil, is sent as JSON (a []byte as
+// it is).
 func (e *env) request(method, path string, body any) *http.Request {
 	e.t.Helper()
+	return e.requestAs(credential, method, path, body)
+}
+
+// requestAs builds a request with the given bearer credential.
+func (e *env) requestAs(token, method, path string, body any) *http.Request {
+	e.t.Helper()
 	req := e.newRequest(method, path, body)
-	req.Header.Set("Authorization", "Bearer "+credential)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != nil {
 		req.Header.Set("Content-Type", provider.ContentTypeJSON)
 	}
@@ -104,7 +119,11 @@ func (e *env) newRequest(method, path string, body any) *http.Request {
 }
 
 func (e *env) submitRequest(key string, body any) *http.Request {
-	req := e.request(http.MethodPost, "/v1/requests", body)
+	return e.submitRequestAs(credential, key, body)
+}
+
+func (e *env) submitRequestAs(token, key string, body any) *http.Request {
+	req := e.requestAs(token, http.MethodPost, "/v1/requests", body)
 	if key != "" {
 		req.Header.Set(provider.HeaderIdempotencyKey, key)
 	}
@@ -122,11 +141,13 @@ func (e *env) try(req *http.Request) (response, error) {
 	return response{status: resp.StatusCode, header: resp.Header, body: body}, err
 }
 
-// do sends a request that must get a response.
+// do sends a request that must get a response; every response carries an X-Request-ID.
 func (e *env) do(req *http.Request) response {
 	e.t.Helper()
 	r, err := e.try(req)
 	e.g.Expect(err).NotTo(HaveOccurred())
+	e.g.Expect(uuid.Parse(r.header.Get(provider.HeaderRequestID))).Error().NotTo(HaveOccurred(),
+		"%s %s: every response has an X-Request-ID", req.Method, req.URL.Path)
 	return r
 }
 
@@ -148,36 +169,125 @@ func (e *env) get(id, query string) response {
 
 func (e *env) cancel(id string) response {
 	e.t.Helper()
-	return e.do(e.request(http.MethodPost, "/v1/requests/"+id+"/cancel", nil))
+	return e.do(e.request(http.MethodDelete, "/v1/requests/"+id, nil))
 }
 
-// expectRequest checks a JSON response with the given status and decodes its request.
+// strictly decodes an AAP object, refusing any field its schema does not have and anything after it.
+func strictly(g *WithT, body []byte, into any) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	g.ExpectWithOffset(2, dec.Decode(into)).To(Succeed(), "%s", body)
+	_, err := dec.Token()
+	g.ExpectWithOffset(2, errors.Is(err, io.EOF)).To(BeTrue(), "nothing after the object: %s", body)
+}
+
+// The AAP objects exactly as openapi.yaml defines them: strict decoding into these fails on any
+// field a provider adds.
+type (
+	aapDecision struct {
+		Status    string     `json:"status"`
+		Note      *string    `json:"note"`
+		DecidedAt *time.Time `json:"decided_at"`
+		ExpiresAt *time.Time `json:"expires_at"`
+	}
+	aapRequest struct {
+		ID             string          `json:"id"`
+		Tool           string          `json:"tool"`
+		Arguments      json.RawMessage `json:"arguments"`
+		Timeout        string          `json:"timeout"`
+		AgentReasoning *string         `json:"agent_reasoning"`
+		Context        json.RawMessage `json:"context"`
+		Status         string          `json:"status"`
+		CreatedAt      string          `json:"created_at"`
+		DeadlineAt     string          `json:"deadline_at"`
+		Decision       *aapDecision    `json:"decision"`
+	}
+	aapInstance struct {
+		ID       string          `json:"id"`
+		Name     string          `json:"name"`
+		Delivery json.RawMessage `json:"delivery"`
+	}
+	aapCredential struct {
+		Token     string  `json:"token"`
+		ExpiresAt *string `json:"expires_at"`
+	}
+	aapProvisioned struct {
+		Instance   aapInstance   `json:"instance"`
+		Credential aapCredential `json:"credential"`
+	}
+	aapError struct {
+		Error struct {
+			Type      string  `json:"type"`
+			Code      string  `json:"code"`
+			Message   string  `json:"message"`
+			Param     *string `json:"param"`
+			RequestID string  `json:"request_id"`
+		} `json:"error"`
+	}
+)
+
+// expectRequest checks a JSON response with the given status, decodes it strictly as an AAP
+// ApprovalRequest (required fields present, timestamps RFC 3339 UTC, a decision exactly when
+// terminal) and returns it as the provider package reads it.
 func (e *env) expectRequest(r response, status int) provider.Request {
 	e.t.Helper()
 	e.g.Expect(r.status).To(Equal(status), string(r.body))
 	e.g.Expect(r.header.Get("Content-Type")).To(Equal(provider.ContentTypeJSON))
+	var wire aapRequest
+	strictly(e.g, r.body, &wire)
+	e.g.Expect(uuid.Parse(wire.ID)).Error().NotTo(HaveOccurred())
+	e.g.Expect(wire.Tool).NotTo(BeEmpty())
+	e.g.Expect(string(wire.Arguments)).To(HavePrefix("{"))
+	e.g.Expect(wire.Timeout).To(MatchRegexp(`^[1-9][0-9]*(s|m|h)$`))
+	for _, ts := range []string{wire.CreatedAt, wire.DeadlineAt} {
+		e.g.Expect(ts).To(HaveSuffix("Z"))
+		e.g.Expect(time.Parse(time.RFC3339, ts)).Error().NotTo(HaveOccurred())
+	}
+	e.g.Expect(wire.Status).To(BeElementOf(provider.StatusPending, provider.StatusApproved, provider.StatusDenied,
+		provider.StatusExpired, provider.StatusCancelled))
+	if wire.Status == provider.StatusPending {
+		e.g.Expect(wire.Decision).To(BeNil(), "a pending request has no decision")
+	} else {
+		e.g.Expect(wire.Decision).NotTo(BeNil(), "a terminal request has its decision")
+		e.g.Expect(wire.Decision.Status).To(Equal(wire.Status))
+		e.g.Expect(wire.Decision.DecidedAt).NotTo(BeNil())
+		if wire.Status == provider.StatusApproved {
+			e.g.Expect(wire.Decision.ExpiresAt).NotTo(BeNil())
+			e.g.Expect(*wire.Decision.ExpiresAt).To(BeTemporally(">", *wire.Decision.DecidedAt))
+		} else {
+			e.g.Expect(wire.Decision.ExpiresAt).To(BeNil(), "only an approval has expires_at")
+		}
+	}
 	var req provider.Request
 	e.g.Expect(json.Unmarshal(r.body, &req)).To(Succeed())
 	return req
 }
 
-// expectProblem checks a problem+json response with the given status and code and decodes it.
-func (e *env) expectProblem(r response, status int, code string) provider.Problem {
+// expectError checks an ErrorResponse with the given status and code: strictly AAP's fields, the type
+// AAP gives the status, a message, and request_id equal to the X-Request-ID header.
+func (e *env) expectError(r response, status int, code string) provider.ErrorBody {
 	e.t.Helper()
 	e.g.Expect(r.status).To(Equal(status), string(r.body))
-	e.g.Expect(r.header.Get("Content-Type")).To(Equal(provider.ContentTypeProblemJSON))
-	var p provider.Problem
-	e.g.Expect(json.Unmarshal(r.body, &p)).To(Succeed())
-	e.g.Expect(p.Code).To(Equal(code))
-	e.g.Expect(p.Status).To(Equal(status))
-	e.g.Expect(p.Title).To(Equal(http.StatusText(status)))
-	return p
+	e.g.Expect(r.header.Get("Content-Type")).To(Equal(provider.ContentTypeJSON))
+	var wire aapError
+	strictly(e.g, r.body, &wire)
+	e.g.Expect(wire.Error.Code).To(Equal(code), string(r.body))
+	e.g.Expect(wire.Error.Type).To(Equal(provider.TypeForStatus(status)))
+	e.g.Expect(wire.Error.Code).To(MatchRegexp(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`))
+	e.g.Expect(strings.TrimSpace(wire.Error.Message)).NotTo(BeEmpty())
+	e.g.Expect(wire.Error.RequestID).To(Equal(r.header.Get(provider.HeaderRequestID)))
+	if wire.Error.Param != nil {
+		e.g.Expect(*wire.Error.Param).NotTo(BeEmpty())
+	}
+	var body provider.ErrorResponse
+	e.g.Expect(json.Unmarshal(r.body, &body)).To(Succeed())
+	return body.Error
 }
 
 func (e *env) stats() reference.Stats { return e.srv.Stats() }
 
-func refund() provider.SubmitBody {
-	return provider.SubmitBody{
+func refund() provider.CreateApprovalRequest {
+	return provider.CreateApprovalRequest{
 		Tool:      "issue_refund",
 		Arguments: json.RawMessage(`{"payment_id": "payment_123", "amount": 4900, "currency": "GBP"}`),
 		Timeout:   "30m",
@@ -185,3 +295,13 @@ func refund() provider.SubmitBody {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// expectAdmin checks an admin API (or approval page) answer with a request and decodes it.
+func (e *env) expectAdmin(r response, status int) reference.AdminRequest {
+	e.t.Helper()
+	e.g.Expect(r.status).To(Equal(status), string(r.body))
+	e.g.Expect(r.header.Get("Content-Type")).To(Equal(provider.ContentTypeJSON))
+	var out reference.AdminRequest
+	strictly(e.g, r.body, &out)
+	return out
+}

@@ -2,9 +2,6 @@ package reference
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,17 +12,17 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// Errors of the Go API. ErrAlreadyDecided comes with the current request.
+// Errors of the Go API. ErrAlreadyTerminal comes with the current request.
 var (
 	ErrNotFound        = errors.New("request not found")
-	ErrAlreadyDecided  = errors.New("request already decided")
-	ErrInvalidDecision = errors.New("a decision is approved or denied")
+	ErrAlreadyTerminal = errors.New("request already terminal")
+	ErrInvalidDecision = errors.New("invalid decision")
 )
 
 var (
-	errInFlight  = errors.New("idempotency key in flight")
-	errKeyReused = errors.New("idempotency key reused with a different body")
-	errAborted   = errors.New("call abandoned")
+	errKeyConflict = errors.New("idempotency key used with other fields")
+	errAborted     = errors.New("call abandoned")
+	errRevoked     = errors.New("credential revoked")
 )
 
 // watch is the in-memory companion of a pending request.
@@ -34,75 +31,75 @@ type watch struct {
 	timer   clock.Timer   // expires the request at its deadline
 }
 
-// submission is a validated POST /v1/requests.
-type submission struct {
-	key             string
-	tool            string
-	arguments       json.RawMessage // compact
-	argumentsSHA256 string
-	timeoutText     string // as submitted, echoed back
-	timeout         time.Duration
-	requester       string // the optional Toolgate-Requester header, decoded; not part of the fingerprint
-}
-
-// fingerprint identifies the body for idempotency: the same tool, canonical arguments and timeout.
-func (sub submission) fingerprint() string {
-	b, _ := json.Marshal([]any{sub.tool, sub.argumentsSHA256, int64(sub.timeout)}) // cannot fail
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
 // Get returns the request with the given id, expiring it first if its deadline has passed.
 func (s *Server) Get(id string) (provider.Request, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.loadLocked(id)
+	rec, err := s.loadLocked(id)
+	return s.view(rec), err
 }
 
 // List returns the requests with the given status (all of them if status is empty), newest first.
 func (s *Server) List(status string) ([]provider.Request, error) {
+	recs, err := s.listRecords(status)
+	out := make([]provider.Request, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, s.view(rec))
+	}
+	return out, err
+}
+
+func (s *Server) listRecords(status string) ([]record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	all, err := s.store.requests()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]provider.Request, 0, len(all))
-	for _, req := range all {
-		if req, err = s.expireIfDueLocked(req); err != nil {
+	out := make([]record, 0, len(all))
+	for _, rec := range all {
+		if rec, err = s.expireIfDueLocked(rec); err != nil {
 			return nil, err
 		}
-		if status == "" || req.Status == status {
-			out = append(out, req)
+		if status == "" || rec.Status == status {
+			out = append(out, rec)
 		}
 	}
 	return out, nil
 }
 
 // Decide records a human decision on a pending request: status is provider.StatusApproved or
-// provider.StatusDenied. An approval is valid until expiresAt (which may be in the past), or for
-// Options.DefaultApprovalValidity if expiresAt is nil; a denial has no expiry. It returns ErrNotFound,
-// ErrInvalidDecision, or ErrAlreadyDecided together with the current request.
+// provider.StatusDenied. An approval is valid until expiresAt, or for Options.DefaultApprovalValidity if
+// expiresAt is nil; a denial has no expiry. An approval's expires_at is always later than its
+// decided_at: for an expiresAt that is not later than now (an approval that arrives already expired,
+// as tests want it), decided_at is one second before expiresAt, but not before the request's
+// created_at; an expiresAt not later than created_at is refused. It returns ErrNotFound,
+// ErrInvalidDecision, or ErrAlreadyTerminal together with the current request.
 func (s *Server) Decide(id, status, note string, expiresAt *time.Time) (provider.Request, error) {
 	return s.decide(id, status, note, expiresAt, 0)
 }
 
 // decide is Decide with an approval validity; validFor <= 0 means the default.
 func (s *Server) decide(id, status, note string, expiresAt *time.Time, validFor time.Duration) (provider.Request, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, err := s.decideLocked(id, status, note, expiresAt, validFor)
+	return s.view(rec), err
+}
+
+func (s *Server) decideLocked(id, status, note string, expiresAt *time.Time, validFor time.Duration) (record, error) {
 	if status != provider.StatusApproved && status != provider.StatusDenied {
-		return provider.Request{}, fmt.Errorf("%w, not %q", ErrInvalidDecision, status)
+		return record{}, fmt.Errorf("%w: a decision is approved or denied, not %q", ErrInvalidDecision, status)
 	}
 	if validFor <= 0 {
 		validFor = s.opts.DefaultApprovalValidity
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	req, err := s.loadLocked(id)
+	rec, err := s.loadLocked(id)
 	if err != nil {
-		return req, err
+		return rec, err
 	}
-	if req.Status != provider.StatusPending {
-		return req, ErrAlreadyDecided
+	if rec.Status != provider.StatusPending {
+		return rec, ErrAlreadyTerminal
 	}
 	now := s.now()
 	d := provider.Decision{Status: status, Note: note, DecidedAt: &now}
@@ -111,105 +108,159 @@ func (s *Server) decide(id, status, note string, expiresAt *time.Time, validFor 
 		if expiresAt != nil {
 			expiry = expiresAt.UTC()
 		}
+		if !expiry.After(now) {
+			if !expiry.After(rec.CreatedAt) {
+				return rec, fmt.Errorf("%w: expires_at %s is not later than the request's created_at %s",
+					ErrInvalidDecision, expiry.Format(time.RFC3339Nano), rec.CreatedAt.Format(time.RFC3339Nano))
+			}
+			decided := expiry.Add(-time.Second)
+			if decided.Before(rec.CreatedAt) {
+				decided = rec.CreatedAt
+			}
+			d.DecidedAt = &decided
+		}
 		d.ExpiresAt = &expiry
 	}
-	return s.finishLocked(req, d)
+	return s.finishLocked(rec, d)
 }
 
-// Cancel cancels a pending request; cancelling a cancelled request returns it unchanged. It returns
-// ErrNotFound, or ErrAlreadyDecided together with the current request if it was approved, denied or expired.
+// Cancel cancels a pending request, whichever instance it belongs to; cancelling a cancelled request
+// returns it unchanged. It returns ErrNotFound, or ErrAlreadyTerminal together with the current
+// request if it was approved, denied or expired.
 func (s *Server) Cancel(id string) (provider.Request, error) {
+	rec, err := s.cancelAs("", id)
+	return s.view(rec), err
+}
+
+// cancelAs cancels a request of an instance ("" for any instance): another instance's request is
+// not found.
+func (s *Server) cancelAs(instance, id string) (record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req, err := s.loadLocked(id)
+	rec, err := s.loadAsLocked(instance, id)
 	switch {
 	case err != nil:
-		return req, err
-	case req.Status == provider.StatusCancelled:
-		return req, nil
-	case req.Status != provider.StatusPending:
-		return req, ErrAlreadyDecided
+		return rec, err
+	case rec.Status == provider.StatusCancelled:
+		return rec, nil
+	case rec.Status != provider.StatusPending:
+		return rec, ErrAlreadyTerminal
 	}
 	now := s.now()
-	return s.finishLocked(req, provider.Decision{Status: provider.StatusCancelled, DecidedAt: &now})
+	return s.finishLocked(rec, provider.Decision{Status: provider.StatusCancelled, DecidedAt: &now})
 }
 
 // submit creates the request of a submission, or returns the one its Idempotency-Key already created
-// (replayed). It holds the key while delay runs and while it commits.
-func (s *Server) submit(sub submission, delay func() error) (req provider.Request, replayed bool, err error) {
-	if !s.acquire(sub.key) {
-		return provider.Request{}, false, errInFlight
+// (replayed). Submissions with the same key are serialised: a second one waits for the first, then
+// replays it. The key is held while delay runs and while the submission commits.
+func (s *Server) submit(ctx context.Context, sub submission, delay func() error) (rec record, replayed bool, err error) {
+	lock := "request\x00" + requestKey(sub.instance, sub.key)
+	if !s.acquire(ctx, lock) {
+		return record{}, false, errAborted
 	}
-	defer s.release(sub.key)
+	defer s.release(lock)
 	if err := delay(); err != nil {
-		return provider.Request{}, false, err
+		return record{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec, found, err := s.store.idempotency(sub.key)
+	if !s.liveLocked(sub.instance) {
+		return record{}, false, errRevoked
+	}
+	kr, found, err := s.store.requestKey(sub.instance, sub.key)
 	switch {
 	case err != nil:
-		return provider.Request{}, false, err
+		return record{}, false, err
 	case !found:
-		req, err = s.createLocked(sub)
-		return req, false, err
-	case rec.Fingerprint != sub.fingerprint():
-		return provider.Request{}, false, errKeyReused
+		rec, err = s.createLocked(sub)
+		return rec, false, err
+	case kr.Fingerprint != sub.fingerprint:
+		return record{}, false, errKeyConflict
 	}
-	req, err = s.loadLocked(rec.RequestID)
+	rec, err = s.loadLocked(kr.RequestID)
 	if err == nil {
 		s.stats.update(func(st *Stats) { st.Replays++ })
 	}
-	return req, true, err
+	return rec, true, err
 }
 
-func (s *Server) acquire(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inflight[key] {
-		return false
+// acquire takes an idempotency key for one operation, waiting while another holds it. It returns
+// false if ctx ends or the server closes first.
+func (s *Server) acquire(ctx context.Context, key string) bool {
+	for {
+		s.keysMu.Lock()
+		busy, held := s.inflight[key]
+		if !held {
+			s.inflight[key] = make(chan struct{})
+			s.keysMu.Unlock()
+			s.stats.update(func(st *Stats) { st.InFlight++ })
+			return true
+		}
+		s.keysMu.Unlock()
+		s.stats.update(func(st *Stats) { st.KeyWaits++ })
+		select {
+		case <-busy:
+		case <-ctx.Done():
+		case <-s.done:
+		}
+		s.stats.update(func(st *Stats) { st.KeyWaits-- })
+		if ctx.Err() != nil || s.isClosed() {
+			return false
+		}
 	}
-	s.inflight[key] = true
-	s.stats.update(func(st *Stats) { st.InFlight++ })
-	return true
 }
 
 func (s *Server) release(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	close(s.inflight[key])
 	delete(s.inflight, key)
 	s.stats.update(func(st *Stats) { st.InFlight-- })
 }
 
-func (s *Server) createLocked(sub submission) (provider.Request, error) {
-	now := s.now()
-	req := provider.Request{
-		ID:              uuid.NewString(),
-		Tool:            sub.tool,
-		Arguments:       sub.arguments,
-		ArgumentsSHA256: sub.argumentsSHA256,
-		Timeout:         sub.timeoutText,
-		Status:          provider.StatusPending,
-		CreatedAt:       now,
-		DeadlineAt:      now.Add(sub.timeout),
-		Requester:       sub.requester,
+func (s *Server) isClosed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
 	}
-	rec := idempotencyRecord{Fingerprint: sub.fingerprint(), RequestID: req.ID, CreatedAt: now}
-	if err := s.store.create(sub.key, rec, req); err != nil {
-		return provider.Request{}, err
-	}
-	s.trackLocked(req)
-	s.stats.update(func(st *Stats) { st.Creates++ })
-	s.log.Info("request created", "id", req.ID, "tool", req.Tool, "deadline", req.DeadlineAt)
-	return req, nil
 }
 
-// poll returns the request once it is terminal, once it changes, or after wait, whichever comes first.
-// It returns ctx.Err() if the caller goes away first.
-func (s *Server) poll(ctx context.Context, id string, wait time.Duration) (provider.Request, error) {
-	req, changed, err := s.snapshot(id)
+func (s *Server) createLocked(sub submission) (record, error) {
+	now := s.now()
+	deadline := now.Add(sub.timeout)
+	if w := s.opts.MaxWindow; w > 0 && sub.timeout > w {
+		deadline = now.Add(w) // a shorter window than asked for, never a longer one
+	}
+	rec := record{
+		ID:             uuid.NewString(),
+		Instance:       sub.instance,
+		Key:            sub.key,
+		Tool:           sub.tool,
+		Arguments:      sub.arguments,
+		AgentReasoning: sub.reasoning,
+		Context:        sub.context,
+		Timeout:        sub.timeoutText,
+		Status:         provider.StatusPending,
+		CreatedAt:      now,
+		DeadlineAt:     deadline,
+	}
+	if err := s.store.create(keyRecord{Fingerprint: sub.fingerprint, RequestID: rec.ID, CreatedAt: now}, rec); err != nil {
+		return record{}, err
+	}
+	s.trackLocked(rec)
+	s.stats.update(func(st *Stats) { st.Creates++ })
+	s.log.Info("request created", "id", rec.ID, "instance", rec.Instance, "tool", rec.Tool, "deadline", rec.DeadlineAt)
+	return rec, nil
+}
+
+// poll returns an instance's request once it is terminal, or after wait, whichever comes first. It
+// returns ctx.Err() if the caller goes away first.
+func (s *Server) poll(ctx context.Context, instance, id string, wait time.Duration) (record, error) {
+	rec, changed, err := s.snapshot(instance, id)
 	if err != nil || changed == nil || wait <= 0 {
-		return req, err
+		return rec, err
 	}
 	s.stats.update(func(st *Stats) { st.Waiting++ })
 	defer s.stats.update(func(st *Stats) { st.Waiting-- })
@@ -220,23 +271,25 @@ func (s *Server) poll(ctx context.Context, id string, wait time.Duration) (provi
 	case <-timer.C:
 	case <-s.done:
 	case <-ctx.Done():
-		return req, ctx.Err()
+		return rec, ctx.Err()
 	}
-	return s.Get(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loadAsLocked(instance, id)
 }
 
 // snapshot returns the request and, if it is pending, the channel closed when it leaves pending.
-func (s *Server) snapshot(id string) (provider.Request, <-chan struct{}, error) {
+func (s *Server) snapshot(instance, id string) (record, <-chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req, err := s.loadLocked(id)
-	if err != nil || req.Status != provider.StatusPending {
-		return req, nil, err
+	rec, err := s.loadAsLocked(instance, id)
+	if err != nil || rec.Status != provider.StatusPending {
+		return rec, nil, err
 	}
 	if w := s.pending[id]; w != nil {
-		return req, w.changed, nil
+		return rec, w.changed, nil
 	}
-	return req, nil, nil
+	return rec, nil, nil
 }
 
 // resume tracks the pending requests of a reopened store and expires those whose deadline has passed.
@@ -247,52 +300,70 @@ func (s *Server) resume() error {
 	if err != nil {
 		return err
 	}
-	for _, req := range all {
-		if req.Status != provider.StatusPending {
+	for _, rec := range all {
+		if rec.Status != provider.StatusPending {
 			continue
 		}
-		s.trackLocked(req)
-		if _, err := s.expireIfDueLocked(req); err != nil {
+		s.trackLocked(rec)
+		if _, err := s.expireIfDueLocked(rec); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Server) loadLocked(id string) (provider.Request, error) {
-	req, found, err := s.store.request(id)
+func (s *Server) loadLocked(id string) (record, error) {
+	return s.loadAsLocked("", id)
+}
+
+// loadAsLocked loads a request of an instance ("" for any instance): another instance's request is
+// not found, so that no instance learns of another's requests.
+func (s *Server) loadAsLocked(instance, id string) (record, error) {
+	rec, found, err := s.store.request(id)
 	if err != nil {
-		return provider.Request{}, err
+		return record{}, err
 	}
-	if !found {
-		return provider.Request{}, ErrNotFound
+	if !found || (instance != "" && rec.Instance != instance) {
+		return record{}, ErrNotFound
 	}
-	return s.expireIfDueLocked(req)
+	return s.expireIfDueLocked(rec)
 }
 
 // expireIfDueLocked expires a pending request whose deadline has passed.
-func (s *Server) expireIfDueLocked(req provider.Request) (provider.Request, error) {
-	if req.Status != provider.StatusPending || s.clock.Now().Before(req.DeadlineAt) {
-		return req, nil
+func (s *Server) expireIfDueLocked(rec record) (record, error) {
+	if rec.Status != provider.StatusPending || s.clock.Now().Before(rec.DeadlineAt) {
+		return rec, nil
 	}
-	deadline := req.DeadlineAt
-	return s.finishLocked(req, provider.Decision{Status: provider.StatusExpired, DecidedAt: &deadline})
+	deadline := rec.DeadlineAt
+	return s.finishLocked(rec, provider.Decision{Status: provider.StatusExpired, DecidedAt: &deadline})
 }
 
 // finishLocked moves a pending request to the decision's status, persists it and wakes its long polls.
-func (s *Server) finishLocked(req provider.Request, d provider.Decision) (provider.Request, error) {
-	req.Status = d.Status
-	req.Decision = &d
-	if err := s.store.putRequest(req); err != nil {
-		return provider.Request{}, err
+func (s *Server) finishLocked(rec record, d provider.Decision) (record, error) {
+	rec = terminal(rec, d)
+	if err := s.store.putRequest(rec); err != nil {
+		return record{}, err
 	}
-	if w := s.pending[req.ID]; w != nil {
+	s.finishedLocked(rec)
+	return rec, nil
+}
+
+// terminal is rec with the decision d.
+func terminal(rec record, d provider.Decision) record {
+	rec.Status = d.Status
+	rec.Decision = &d
+	return rec
+}
+
+// finishedLocked wakes the long polls of a request that has left pending and counts its outcome.
+func (s *Server) finishedLocked(rec record) {
+	if w := s.pending[rec.ID]; w != nil {
 		w.timer.Stop()
 		close(w.changed)
-		delete(s.pending, req.ID)
+		delete(s.pending, rec.ID)
 	}
 	s.stats.update(func(st *Stats) {
-		switch d.Status {
+		switch rec.Status {
 		case provider.StatusApproved, provider.StatusDenied:
 			st.Decisions++
 		case provider.StatusCancelled:
@@ -301,21 +372,20 @@ func (s *Server) finishLocked(req provider.Request, d provider.Decision) (provid
 			st.Expiries++
 		}
 	})
-	s.log.Info("request "+d.Status, "id", req.ID, "tool", req.Tool)
-	return req, nil
+	s.log.Info("request "+rec.Status, "id", rec.ID, "instance", rec.Instance, "tool", rec.Tool)
 }
 
 // trackLocked registers a pending request and arms its deadline.
-func (s *Server) trackLocked(req provider.Request) {
+func (s *Server) trackLocked(rec record) {
 	w := &watch{changed: make(chan struct{})}
-	w.timer = s.afterLocked(req)
-	s.pending[req.ID] = w
+	w.timer = s.afterLocked(rec)
+	s.pending[rec.ID] = w
 }
 
-func (s *Server) afterLocked(req provider.Request) clock.Timer {
-	id := req.ID
+func (s *Server) afterLocked(rec record) clock.Timer {
+	id := rec.ID
 	// The fake clock runs callbacks while holding its own lock, so expiry (which reads the clock) runs apart.
-	return s.clock.AfterFunc(req.DeadlineAt.Sub(s.clock.Now()), func() { go s.expireDue(id) })
+	return s.clock.AfterFunc(rec.DeadlineAt.Sub(s.clock.Now()), func() { go s.expireDue(id) })
 }
 
 // expireDue is the deadline timer's callback.
@@ -325,14 +395,38 @@ func (s *Server) expireDue(id string) {
 	if s.closed {
 		return
 	}
-	req, err := s.loadLocked(id)
+	rec, err := s.loadLocked(id)
+	if errors.Is(err, ErrNotFound) {
+		return
+	}
 	if err != nil {
 		s.log.Error(err, "expiring request", "id", id)
 		return
 	}
-	if w := s.pending[id]; w != nil && req.Status == provider.StatusPending {
-		w.timer = s.afterLocked(req) // the timer ran ahead of the clock's wall time
+	if w := s.pending[id]; w != nil && rec.Status == provider.StatusPending {
+		w.timer = s.afterLocked(rec) // the timer ran ahead of the clock's wall time
 	}
+}
+
+// view is a stored request as the Go API returns it: AAP's ApprovalRequest with every field.
+func (s *Server) view(rec record) provider.Request {
+	if rec.ID == "" {
+		return provider.Request{}
+	}
+	return provider.Request{
+		ID: rec.ID, Tool: rec.Tool, Arguments: rec.Arguments, AgentReasoning: rec.AgentReasoning, Context: rec.Context,
+		Timeout: rec.Timeout, Status: rec.Status, CreatedAt: rec.CreatedAt, DeadlineAt: rec.DeadlineAt, Decision: rec.Decision,
+	}
+}
+
+// wire is a stored request as the provider API sends it in the server's profile: the seed profile
+// leaves out the optional agent_reasoning and context.
+func (s *Server) wire(rec record) provider.Request {
+	req := s.view(rec)
+	if s.opts.Profile == ProfileSeed {
+		req.AgentReasoning, req.Context = "", nil
+	}
+	return req
 }
 
 func (s *Server) now() time.Time { return s.clock.Now().UTC() }

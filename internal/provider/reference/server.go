@@ -1,7 +1,8 @@
-// Package reference is a complete approvals provider that speaks Toolgate's provider HTTP API. It stores
-// requests and idempotency keys in bbolt, decides requests through an admin API (or Go methods), and
-// injects faults on demand, so that it serves both as a local provider and as the test double against
-// which the client's behaviour under failures is checked.
+// Package reference is a complete approvals provider that speaks the Agent Approval Protocol v1
+// (AAP): requests, long polls, cancellation and instances. It stores requests, instances and
+// idempotency keys in bbolt, decides requests through an admin API, an approval page (or Go methods),
+// and injects faults on demand, so that it serves both as a local provider and as the test double
+// against which the client's behaviour under failures is checked.
 package reference
 
 import (
@@ -21,22 +22,43 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// MinRetention is the shortest retention AAP allows: a terminal request and its idempotency key are
+// kept for at least seven days after decided_at.
+const MinRetention = 168 * time.Hour
+
 // Options configure a Server. Zero values take the documented defaults.
 type Options struct {
-	// DBPath is the bbolt file holding requests and idempotency keys. Empty means a temporary file that
-	// Close removes.
+	// DBPath is the bbolt file holding requests, instances and idempotency keys. Empty means a temporary
+	// file that Close removes. It holds provisioned instances' credentials (for provisioning replays)
+	// until the instances are deleted: keep it private (it is created 0600).
 	DBPath string
-	// Credential is the bearer token every provider API call must present. Required.
+	// Credential is a static instance credential, bound to the built-in default instance
+	// (DefaultInstance). Required unless ProvisionerToken is set.
 	Credential string
+	// ProvisionerToken is the bearer token that manages instances (POST /v1/instances, GET, PATCH and
+	// DELETE /v1/instances/{id}); it cannot make approval requests, and an instance credential cannot
+	// manage instances. Empty means no instance can be provisioned.
+	ProvisionerToken string
 	// AdminCredential is the bearer token of the admin API and of the approval page (/ui/). Empty means
-	// Credential.
+	// Credential (then required).
 	AdminCredential string
-	// Clock stamps created_at, deadlines and decisions, and fires deadline expiry. Default: the real clock.
-	// Long-poll waits and fault delays are always measured in real time.
+	// Clock stamps created_at, deadlines and decisions, fires deadline expiry and the retention purge.
+	// Default: the real clock. Long-poll waits and fault delays are always measured in real time.
 	Clock clock.WithDelayedExecution
-	// MinTimeout and MaxTimeout bound a submission's timeout. Defaults: 1s and 24h.
+	// MinTimeout and MaxTimeout bound a submission's timeout; one outside them is refused with 400.
+	// Defaults: 1s and 24h.
 	MinTimeout time.Duration
 	MaxTimeout time.Duration
+	// MaxWindow, if positive, is the longest approval window the provider grants: a request whose
+	// timeout is longer gets deadline_at = created_at + MaxWindow, as AAP lets a provider shorten
+	// (never lengthen) the requested window. Its timeout still says what was asked.
+	MaxWindow time.Duration
+	// Retention is how long a terminal request and its idempotency key are kept after decided_at, and a
+	// deleted instance's record after its deletion; then they are purged. At least (and by default)
+	// MinRetention.
+	Retention time.Duration
+	// MaxWait caps a long poll's wait: at most, and by default, 30s, as AAP says.
+	MaxWait time.Duration
 	// DefaultApprovalValidity is how long an approval stays valid when the decision does not say.
 	// Default: 5m.
 	DefaultApprovalValidity time.Duration
@@ -48,7 +70,7 @@ type Options struct {
 	HTTP2 bool
 	// Logger receives one line per state change. The credentials are never logged. Default: discard.
 	Logger logr.Logger
-	// Profile is the wire format of the provider API: ProfileFull (the default) or ProfileSeed.
+	// Profile is how the provider API answers: ProfileFull (the default) or ProfileSeed.
 	Profile Profile
 	// Approvers maps an approver's name to their own credential, with which they sign in to the approval
 	// page and decide through the admin API (list and decide only). Every decision records who made it:
@@ -56,19 +78,21 @@ type Options struct {
 	Approvers map[string]string
 }
 
-// Profile is the wire format the provider API speaks.
+// Profile is how the provider API answers. Both profiles are conforming AAP v1 providers with the
+// same operations (requests, long polls, DELETE to cancel, instances); they differ where AAP leaves a
+// provider a choice.
 type Profile string
 
 const (
-	// ProfileFull is everything Toolgate's provider contract describes: responses carry
-	// arguments_sha256, errors are application/problem+json with a code, replays are answered 200 with
-	// Idempotent-Replayed: true, and POST /v1/requests/{id}/cancel cancels a pending request.
+	// ProfileFull answers everything AAP defines: errors are ErrorResponse bodies (type, code, message,
+	// param where a field is refused, request_id), and requests echo agent_reasoning and context when
+	// they were sent.
 	ProfileFull Profile = "full"
-	// ProfileSeed is exactly the seed's HTTP example and nothing more, as a provider written only from
-	// it would answer: responses carry the seed's fields only (no arguments_sha256), errors are plain
-	// text, a replay is answered as the creation was (201, no Idempotent-Replayed), and there is no
-	// cancel endpoint (POST /v1/requests/{id}/cancel answers 404). The admin API and the approval page
-	// are the same in both profiles.
+	// ProfileSeed is the fewest fields and features AAP allows, as a liberal peer: errors are plain
+	// text (the status code says what happened, as an adapter must cope with), and requests carry only
+	// the required fields and the decision (no agent_reasoning or context echoed, although they are
+	// accepted, stored and shown to approvers). Replays are answered 200 and cancellation is DELETE, as
+	// AAP requires. The admin API and the approval page are the same in both profiles.
 	ProfileSeed Profile = "seed"
 )
 
@@ -102,28 +126,62 @@ func (o Options) withDefaults() Options {
 	if o.Profile == "" {
 		o.Profile = ProfileFull
 	}
+	if o.Retention == 0 {
+		o.Retention = MinRetention
+	}
+	if o.MaxWait <= 0 || o.MaxWait > maxWait {
+		o.MaxWait = maxWait
+	}
 	return o
+}
+
+// check refuses options that cannot work, saying which and how to fix them.
+func (o Options) check() error {
+	switch {
+	case o.Credential == "" && o.ProvisionerToken == "":
+		return errors.New("a credential is required: set Credential (a static instance credential) or ProvisionerToken, or both")
+	case o.AdminCredential == "":
+		return errors.New("an admin credential is required when there is no static credential: set AdminCredential")
+	case o.ProvisionerToken != "" && (o.ProvisionerToken == o.Credential || o.ProvisionerToken == o.AdminCredential):
+		return errors.New("the provisioner token must differ from the instance and admin credentials: give each role its own")
+	case o.MinTimeout > o.MaxTimeout:
+		return fmt.Errorf("MinTimeout %v exceeds MaxTimeout %v", o.MinTimeout, o.MaxTimeout)
+	case o.MaxWindow < 0:
+		return fmt.Errorf("MaxWindow %v is negative: leave it 0 for windows as long as the timeout asks", o.MaxWindow)
+	case o.Retention < MinRetention:
+		return fmt.Errorf("Retention %v is shorter than AAP allows: at least %v (seven days)", o.Retention, MinRetention)
+	}
+	_, err := ParseProfile(string(o.Profile))
+	return err
 }
 
 // Server is the reference approvals provider. Its methods are safe for concurrent use.
 type Server struct {
-	opts       Options
-	clock      clock.WithDelayedExecution
-	log        logr.Logger
-	store      *store
-	tempDir    string
-	credential [sha256.Size]byte
-	admin      [sha256.Size]byte
-	approvers  map[[sha256.Size]byte]string // credential hash -> approver name
-	faults     *Faults
-	stats      statsRecorder
-	handler    http.Handler
-	done       chan struct{} // closed by Close: long polls and delays return
+	opts            Options
+	clock           clock.WithDelayedExecution
+	log             logr.Logger
+	store           *store
+	tempDir         string
+	credential      *[sha256.Size]byte // the static instance credential's hash, if any
+	provisioner     *[sha256.Size]byte // the provisioner token's hash, if any
+	admin           [sha256.Size]byte
+	approvers       map[[sha256.Size]byte]string // credential hash -> approver name
+	defaultInstance instanceRecord
+	faults          *Faults
+	stats           statsRecorder
+	handler         http.Handler
+	done            chan struct{} // closed by Close: long polls and delays return
 
-	mu       sync.Mutex // serialises state changes; guards the fields below
-	pending  map[string]*watch
-	inflight map[string]bool
-	closed   bool
+	mu        sync.Mutex // serialises state changes; guards the fields below
+	pending   map[string]*watch
+	instances map[string]instanceRecord // provisioned instances, deleted ones included
+	closed    bool
+
+	credMu sync.RWMutex
+	creds  map[[sha256.Size]byte]string // live instance credential hash -> instance id
+
+	keysMu   sync.Mutex
+	inflight map[string]chan struct{} // idempotency keys held by an operation; closed on release
 
 	httpMu  sync.Mutex
 	httpSrv *http.Server
@@ -135,47 +193,54 @@ type Server struct {
 // New opens (or creates) the store and returns a Server that is not yet listening: call Start or StartTLS,
 // or mount Handler. Pending requests found in the store resume their deadlines.
 func New(opts Options) (*Server, error) {
-	if opts.Credential == "" {
-		return nil, errors.New("reference provider: a credential is required")
-	}
 	opts = opts.withDefaults()
-	if _, err := ParseProfile(string(opts.Profile)); err != nil {
+	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("reference provider: %w", err)
 	}
 	approvers, err := hashApprovers(opts)
 	if err != nil {
 		return nil, fmt.Errorf("reference provider: %w", err)
 	}
-	if opts.MinTimeout > opts.MaxTimeout {
-		return nil, fmt.Errorf("reference provider: MinTimeout %v exceeds MaxTimeout %v", opts.MinTimeout, opts.MaxTimeout)
-	}
 	path, tempDir, err := dbPath(opts.DBPath)
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(path, tempDir != "")
+	st, err := openStore(path, tempDir != "", defaultInstanceID)
 	if err != nil {
 		return nil, errors.Join(err, removeAll(tempDir))
 	}
 	s := &Server{
-		opts:       opts,
-		clock:      opts.Clock,
-		log:        opts.Logger,
-		store:      st,
-		tempDir:    tempDir,
-		credential: sha256.Sum256([]byte(opts.Credential)),
-		admin:      sha256.Sum256([]byte(opts.AdminCredential)),
-		approvers:  approvers,
-		faults:     newFaults(opts.FaultSeed),
-		done:       make(chan struct{}),
-		pending:    map[string]*watch{},
-		inflight:   map[string]bool{},
+		opts:            opts,
+		clock:           opts.Clock,
+		log:             opts.Logger,
+		store:           st,
+		tempDir:         tempDir,
+		credential:      hashOf(opts.Credential),
+		provisioner:     hashOf(opts.ProvisionerToken),
+		admin:           sha256.Sum256([]byte(opts.AdminCredential)),
+		approvers:       approvers,
+		defaultInstance: instanceRecord{ID: defaultInstanceID, Name: DefaultInstanceName},
+		faults:          newFaults(opts.FaultSeed),
+		done:            make(chan struct{}),
+		pending:         map[string]*watch{},
+		instances:       map[string]instanceRecord{},
+		creds:           map[[sha256.Size]byte]string{},
+		inflight:        map[string]chan struct{}{},
 	}
-	if err := s.resume(); err != nil {
+	if err := errors.Join(s.loadInstances(), s.resume(), s.startPurge()); err != nil {
 		return nil, errors.Join(err, st.close(), removeAll(tempDir))
 	}
-	s.handler = s.withApprovalPage(s.routes())
+	s.handler = withRequestID(s.withApprovalPage(s.routes()))
 	return s, nil
+}
+
+// hashOf is the SHA-256 of a credential; nil for none.
+func hashOf(credential string) *[sha256.Size]byte {
+	if credential == "" {
+		return nil
+	}
+	h := sha256.Sum256([]byte(credential))
+	return &h
 }
 
 func dbPath(path string) (file, tempDir string, err error) {
@@ -267,7 +332,7 @@ func (s *Server) serve(ln net.Listener, scheme string) (string, error) {
 }
 
 // Close stops serving (long polls in progress return their current request), stops the deadline timers
-// and closes the store, removing it if it was temporary. It is safe to call more than once.
+// and the purge, and closes the store, removing it if it was temporary. It is safe to call more than once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)

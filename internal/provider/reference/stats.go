@@ -7,10 +7,12 @@ import (
 
 // Stats counts what a Server has done since it was created (or since ResetStats).
 type Stats struct {
-	// Calls of the provider API, authenticated or not.
-	Submits int64 `json:"submits"`
-	Gets    int64 `json:"gets"`
-	Cancels int64 `json:"cancels"`
+	// Calls of the provider API, authenticated or not: POST /v1/requests, GET /v1/requests/{id},
+	// DELETE /v1/requests/{id}, and the instance operations.
+	Submits   int64 `json:"submits"`
+	Gets      int64 `json:"gets"`
+	Cancels   int64 `json:"cancels"`
+	Instances int64 `json:"instances"`
 
 	// What the calls did.
 	Creates       int64 `json:"creates"`       // requests created
@@ -23,6 +25,9 @@ type Stats struct {
 	FaultsFired int64               `json:"faults_fired"`
 	Faults      map[FaultKind]int64 `json:"faults"`
 
+	// Purged counts the terminal requests removed once their retention ended.
+	Purged int64 `json:"purged"`
+
 	// Responses counts calls by operation and HTTP status. Status 0 means no response was written: the
 	// connection was dropped or reset, or the client went away first.
 	Responses map[Operation]map[int]int64 `json:"responses"`
@@ -30,9 +35,11 @@ type Stats struct {
 	// Connections counts connections accepted (TLS or not), so a client's connection reuse shows.
 	Connections int64 `json:"connections"`
 
-	// Gauges: long polls blocked now, and submissions holding their Idempotency-Key now.
+	// Gauges: long polls blocked now, operations holding their Idempotency-Key now, and operations
+	// waiting for another with the same key to finish (they then replay it).
 	Waiting  int64 `json:"waiting"`
 	InFlight int64 `json:"in_flight"`
+	KeyWaits int64 `json:"key_waits"`
 }
 
 type statsRecorder struct {
@@ -60,7 +67,7 @@ func (r *statsRecorder) snapshot() Stats {
 
 // reset zeroes the counters but keeps the gauges.
 func (r *statsRecorder) reset() {
-	r.update(func(s *Stats) { *s = Stats{Waiting: s.Waiting, InFlight: s.InFlight} })
+	r.update(func(s *Stats) { *s = Stats{Waiting: s.Waiting, InFlight: s.InFlight, KeyWaits: s.KeyWaits} })
 }
 
 func (r *statsRecorder) call(op Operation) {
@@ -72,6 +79,8 @@ func (r *statsRecorder) call(op Operation) {
 			s.Gets++
 		case OpCancel:
 			s.Cancels++
+		case OpInstances:
+			s.Instances++
 		}
 	})
 }

@@ -46,7 +46,8 @@ type approvalPage struct {
 
 // withApprovalPage serves the approval page under /ui/ and everything else with api. It tells the page's
 // event streams about new requests: a submission is the only way to create one. Decisions,
-// cancellations and expiries reach the streams through the pending requests' change channels.
+// cancellations (instance deletions included) and expiries reach the streams through the pending
+// requests' change channels.
 func (s *Server) withApprovalPage(api http.Handler) http.Handler {
 	p := newApprovalPage(s)
 	mux := http.NewServeMux()
@@ -63,7 +64,7 @@ func (s *Server) withApprovalPage(api http.Handler) http.Handler {
 	mux.Handle("POST /ui/api/requests/{id}/approve", p.action(p.handleApprove))
 	mux.Handle("POST /ui/api/requests/{id}/deny", p.action(p.handleDeny))
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
-		write(w, problem(http.StatusNotFound, provider.CodeNotFound, "no such page: "+r.URL.Path))
+		write(w, fail(provider.CodeNotFound, "no such page: "+r.URL.Path))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {

@@ -28,7 +28,7 @@ import (
 func (p *approvalPage) action(h func(r *http.Request, body []byte) reply) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := p.csrf.Check(r); err != nil {
-			write(w, problem(http.StatusForbidden, codeCrossOrigin,
+			write(w, fail(provider.CodeForbidden,
 				"cross-origin request refused: approve and deny only from the approval page itself ("+err.Error()+")"))
 			return
 		}
@@ -37,21 +37,17 @@ func (p *approvalPage) action(h func(r *http.Request, body []byte) reply) http.H
 			return
 		}
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != provider.ContentTypeJSON {
-			write(w, problem(http.StatusUnsupportedMediaType, provider.CodeInvalidRequest,
-				"the body must be JSON: send Content-Type: application/json"))
+			write(w, fail(provider.CodeInvalidRequest, "the body must be JSON: send Content-Type: application/json"))
 			return
 		}
 		var raw json.RawMessage
 		if err := decodeJSON(r, &raw); err != nil {
-			write(w, problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error()))
+			write(w, fail(provider.CodeInvalidRequest, err.Error()))
 			return
 		}
 		write(w, h(r, raw))
 	})
 }
-
-// codeCrossOrigin is the problem code of a cross-origin action.
-const codeCrossOrigin = "cross_origin"
 
 // approveBody is the body of POST /ui/api/requests/{id}/approve.
 type approveBody struct {
@@ -67,15 +63,15 @@ type denyBody struct {
 func (p *approvalPage) handleApprove(r *http.Request, data []byte) reply {
 	var body approveBody
 	if err := json.Unmarshal(data, &body); err != nil {
-		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, "the body is not valid: "+err.Error())
+		return fail(provider.CodeInvalidRequest, "the body is not valid: "+err.Error())
 	}
 	minutes, err := p.validForMinutes(body.ValidForMinutes)
 	if err != nil {
-		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
+		return fail(provider.CodeInvalidRequest, err.Error())
 	}
 	note, err := checkNote(body.Note, false)
 	if err != nil {
-		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
+		return fail(provider.CodeInvalidRequest, err.Error())
 	}
 	return p.decide(r.PathValue("id"), provider.StatusApproved, note, time.Duration(minutes)*time.Minute, p.approver(r))
 }
@@ -83,11 +79,11 @@ func (p *approvalPage) handleApprove(r *http.Request, data []byte) reply {
 func (p *approvalPage) handleDeny(r *http.Request, data []byte) reply {
 	var body denyBody
 	if err := json.Unmarshal(data, &body); err != nil {
-		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, "the body is not valid: "+err.Error())
+		return fail(provider.CodeInvalidRequest, "the body is not valid: "+err.Error())
 	}
 	note, err := checkNote(body.Note, true)
 	if err != nil {
-		return problem(http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
+		return fail(provider.CodeInvalidRequest, err.Error())
 	}
 	return p.decide(r.PathValue("id"), provider.StatusDenied, note, 0, p.approver(r))
 }
@@ -121,12 +117,12 @@ func checkNote(note string, required bool) (string, error) {
 // decide records the decision with the signed-in approver in its note.
 func (p *approvalPage) decide(id, status, note string, validFor time.Duration, approver string) reply {
 	req, err := p.s.decide(id, status, decisionNote(note, status, approver), nil, validFor)
-	if errors.Is(err, ErrAlreadyDecided) {
-		return alreadyDecided(req)
+	if errors.Is(err, ErrAlreadyTerminal) {
+		return fail(provider.CodeAlreadyTerminal, "the request is already "+req.Status+": its outcome is unchanged")
 	}
 	if err != nil {
-		return p.s.failure(err)
+		return p.s.failure(err, "no request "+quote(id))
 	}
 	p.s.log.Info("decided on the approval page", "id", req.ID, "status", req.Status, "approver", approver)
-	return success(http.StatusOK, req)
+	return success(http.StatusOK, p.s.adminRequest(id))
 }

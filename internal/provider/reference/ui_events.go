@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -21,23 +19,28 @@ type snapshot struct {
 	Recent  []pageItem `json:"recent"` // decided, expired or cancelled, most recently first
 }
 
-// pageItem is a request as the page shows it.
+// pageItem is a request as the page shows it. Every text a submission chose is shown with the
+// characters a reader could not see or tell apart written as escapes (see prettyJSON).
 type pageItem struct {
 	ID     string `json:"id"`
 	Tool   string `json:"tool"`
 	Status string `json:"status"`
 	// Arguments is the pretty-printed JSON text; the page shows it as text.
 	Arguments string `json:"arguments"`
+	// AgentReasoning is the agent's own explanation, which the page presents as the agent's claim.
+	AgentReasoning string `json:"agent_reasoning,omitempty"`
+	// Context is the pretty-printed context object: what the adapter says it observed.
+	Context string `json:"context,omitempty"`
+	// InstanceID and InstanceName say which instance (whose credential) submitted the request.
+	InstanceID   string `json:"instance_id"`
+	InstanceName string `json:"instance_name"`
 	// IdempotencyKey is the key the request was submitted with; Toolgate sends the ToolCall's UID.
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Requester is who asked, when the submission said (the Toolgate-Requester header), with the
-	// characters a reader could not see written as escapes, as in the arguments.
-	Requester  string     `json:"requester,omitempty"`
-	CreatedAt  *time.Time `json:"created_at"`
-	DeadlineAt *time.Time `json:"deadline_at"`
-	Note       string     `json:"note,omitempty"`
-	DecidedAt  *time.Time `json:"decided_at,omitempty"`
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	IdempotencyKey string     `json:"idempotency_key,omitempty"`
+	CreatedAt      *time.Time `json:"created_at"`
+	DeadlineAt     *time.Time `json:"deadline_at"`
+	Note           string     `json:"note,omitempty"`
+	DecidedAt      *time.Time `json:"decided_at,omitempty"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
 }
 
 // snapshot reads the state the page shows and, for each pending request, the channel closed when it
@@ -50,68 +53,53 @@ func (p *approvalPage) snapshot() (snapshot, []<-chan struct{}, error) {
 	if err != nil {
 		return snapshot{}, nil, err
 	}
-	keys, err := s.store.idempotencyKeysByRequest()
-	if err != nil {
-		return snapshot{}, nil, err
-	}
+	names := s.instanceNamesLocked()
 	snap := snapshot{Now: s.now(), Pending: []pageItem{}, Recent: []pageItem{}}
 	var (
 		changes []<-chan struct{}
-		done    []provider.Request
+		done    []record
 	)
-	for _, req := range all {
-		if req, err = s.expireIfDueLocked(req); err != nil {
+	for _, rec := range all {
+		if rec, err = s.expireIfDueLocked(rec); err != nil {
 			return snapshot{}, nil, err
 		}
-		if req.Status != provider.StatusPending {
-			done = append(done, req)
+		if rec.Status != provider.StatusPending {
+			done = append(done, rec)
 			continue
 		}
-		snap.Pending = append(snap.Pending, newPageItem(req, keys[req.ID]))
-		if w := s.pending[req.ID]; w != nil {
+		snap.Pending = append(snap.Pending, newPageItem(rec, names))
+		if w := s.pending[rec.ID]; w != nil {
 			changes = append(changes, w.changed)
 		}
 	}
-	slices.SortStableFunc(done, func(a, b provider.Request) int { return decidedAt(b).Compare(decidedAt(a)) })
-	for _, req := range done[:min(len(done), recentLimit)] {
-		snap.Recent = append(snap.Recent, newPageItem(req, keys[req.ID]))
+	slices.SortStableFunc(done, func(a, b record) int { return decidedAt(b).Compare(decidedAt(a)) })
+	for _, rec := range done[:min(len(done), recentLimit)] {
+		snap.Recent = append(snap.Recent, newPageItem(rec, names))
 	}
 	return snap, changes, nil
 }
 
 // decidedAt is when a request left pending.
-func decidedAt(req provider.Request) time.Time {
-	if req.Decision == nil || req.Decision.DecidedAt == nil {
+func decidedAt(rec record) time.Time {
+	if rec.Decision == nil || rec.Decision.DecidedAt == nil {
 		return time.Time{}
 	}
-	return *req.Decision.DecidedAt
+	return *rec.Decision.DecidedAt
 }
 
-func newPageItem(req provider.Request, key string) pageItem {
+func newPageItem(rec record, names map[string]string) pageItem {
 	item := pageItem{
-		ID: req.ID, Tool: req.Tool, Status: req.Status, Arguments: prettyJSON(req.Arguments), IdempotencyKey: key,
-		CreatedAt: &req.CreatedAt, DeadlineAt: &req.DeadlineAt, Requester: visibleText(req.Requester),
+		ID: rec.ID, Tool: visibleText(rec.Tool), Status: rec.Status, Arguments: prettyJSON(rec.Arguments),
+		AgentReasoning: visibleProse(rec.AgentReasoning), InstanceID: rec.Instance, InstanceName: visibleText(names[rec.Instance]),
+		IdempotencyKey: visibleText(rec.Key), CreatedAt: &rec.CreatedAt, DeadlineAt: &rec.DeadlineAt,
 	}
-	if d := req.Decision; d != nil {
+	if len(rec.Context) > 0 {
+		item.Context = prettyJSON(rec.Context)
+	}
+	if d := rec.Decision; d != nil {
 		item.Note, item.DecidedAt, item.ExpiresAt = d.Note, d.DecidedAt, d.ExpiresAt
 	}
 	return item
-}
-
-// idempotencyKeysByRequest maps request ids to the Idempotency-Key that created them.
-func (st *store) idempotencyKeysByRequest() (map[string]string, error) {
-	keys := map[string]string{}
-	err := st.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketIdempotency).ForEach(func(k, v []byte) error {
-			var rec idempotencyRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("decoding idempotency key %q: %w", k, err)
-			}
-			keys[rec.RequestID] = string(k)
-			return nil
-		})
-	})
-	return keys, err
 }
 
 // handleEvents streams a "snapshot" event now and after every change: a new request, or a pending one

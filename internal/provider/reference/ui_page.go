@@ -45,7 +45,7 @@ func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 	}
 	snap, _, err := p.snapshot()
 	if err != nil {
-		write(w, p.s.failure(err))
+		write(w, p.s.failure(err, ""))
 		return
 	}
 	var buf bytes.Buffer
@@ -56,7 +56,7 @@ func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 		MaxMinutes:     p.maxMinutes(),
 	})
 	if err != nil {
-		write(w, p.s.failure(fmt.Errorf("rendering the approval page: %w", err)))
+		write(w, p.s.failure(fmt.Errorf("rendering the approval page: %w", err), ""))
 		return
 	}
 	pageHeaders(w, "text/html; charset=utf-8")
@@ -127,7 +127,7 @@ func (p *approvalPage) handleStatic(w http.ResponseWriter, r *http.Request) {
 	contentType, known := staticFiles[name]
 	data, err := fs.ReadFile(p.static, name)
 	if !known || err != nil {
-		write(w, problem(http.StatusNotFound, provider.CodeNotFound, "no such file: "+name))
+		write(w, fail(provider.CodeNotFound, "no such file: "+quote(name)))
 		return
 	}
 	pageHeaders(w, contentType)
@@ -245,7 +245,6 @@ func prettyJSON(doc []byte) string {
 	}
 }
 
-// writeJSONString writes s as a JSON string, escaping what a reader could not see (see prettyJSON).
 // visibleText is s with the characters a reader could not see or tell apart written as escapes, as
 // writeJSONString writes them, without the quotes.
 func visibleText(s string) string {
@@ -258,6 +257,21 @@ func visibleText(s string) string {
 	return out[1 : len(out)-1]
 }
 
+// visibleProse is s as the page shows prose (the agent's reasoning): line breaks and tabs stay as they
+// are, and every other character a reader could not see or tell apart is written as a \u escape.
+func visibleProse(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '\n' || r == '\t' || unicode.IsPrint(r) {
+			b.WriteRune(r)
+		} else {
+			writeEscape(&b, r)
+		}
+	}
+	return b.String()
+}
+
+// writeJSONString writes s as a JSON string, escaping what a reader could not see (see prettyJSON).
 func writeJSONString(b *strings.Builder, s string) {
 	b.WriteByte('"')
 	for _, r := range s {
@@ -273,12 +287,19 @@ func writeJSONString(b *strings.Builder, s string) {
 			b.WriteString(`\r`)
 		case unicode.IsPrint(r):
 			b.WriteRune(r)
-		case r > 0xFFFF:
-			r1, r2 := utf16.EncodeRune(r)
-			fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
 		default:
-			fmt.Fprintf(b, `\u%04x`, r)
+			writeEscape(b, r)
 		}
 	}
 	b.WriteByte('"')
+}
+
+// writeEscape writes r as a \u escape (a surrogate pair beyond the Basic Multilingual Plane).
+func writeEscape(b *strings.Builder, r rune) {
+	if r > 0xFFFF {
+		r1, r2 := utf16.EncodeRune(r)
+		fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
+		return
+	}
+	fmt.Fprintf(b, `\u%04x`, r)
 }

@@ -36,8 +36,7 @@ func (p *approvalPage) session(h http.HandlerFunc) http.Handler {
 }
 
 func signInRequired() reply {
-	return problem(http.StatusUnauthorized, provider.CodeUnauthenticated,
-		"no valid session: sign in by opening /ui/?token=<admin credential>")
+	return fail(provider.CodeUnauthenticated, "no valid session: sign in by opening /ui/?token=<admin credential>")
 }
 
 // newSession returns a session cookie value for approver that expires at expiry:

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -210,25 +209,26 @@ func TestApprovalPageRefusesCrossOriginActions(t *testing.T) {
 				req.Header.Del(k)
 			}
 		}
-		problem := p.expectProblem(p.send(req), http.StatusForbidden, "cross_origin")
-		p.g.Expect(problem.Detail).To(ContainSubstring("cross-origin request refused"), tc.name)
+		refusal := p.expectError(p.send(req), http.StatusForbidden, provider.CodeForbidden)
+		p.g.Expect(refusal.Message).To(ContainSubstring("cross-origin request refused"), tc.name)
 	}
 
 	noSession := p.decide(nil, id, "approve", approve)
-	p.expectProblem(noSession, http.StatusUnauthorized, provider.CodeUnauthenticated)
+	p.expectError(noSession, http.StatusUnauthorized, provider.CodeUnauthenticated)
 	bearer := p.pageRequest(http.MethodPost, "/ui/api/requests/"+id+"/approve", nil, approve)
 	bearer.Header.Set("Authorization", "Bearer "+adminCredential)
-	p.expectProblem(p.send(bearer), http.StatusUnauthorized, provider.CodeUnauthenticated)
+	p.expectError(p.send(bearer), http.StatusUnauthorized, provider.CodeUnauthenticated)
 
 	form := p.pageRequest(http.MethodPost, "/ui/api/requests/"+id+"/approve", cookie, []byte("valid_for_minutes=10"))
 	form.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	p.expectProblem(p.send(form), http.StatusUnsupportedMediaType, provider.CodeInvalidRequest)
+	formRefused := p.expectError(p.send(form), http.StatusBadRequest, provider.CodeInvalidRequest)
+	p.g.Expect(formRefused.Message).To(ContainSubstring("the body must be JSON"))
 
 	p.g.Expect(p.srv.Get(id)).To(HaveField("Status", provider.StatusPending))
 
-	approved := p.expectRequest(p.decide(cookie, id, "approve", approve), http.StatusOK)
+	approved := p.expectAdmin(p.decide(cookie, id, "approve", approve), http.StatusOK)
 	p.g.Expect(approved.Status).To(Equal(provider.StatusApproved))
-	p.g.Expect(p.srv.Get(id)).To(Equal(approved))
+	p.g.Expect(p.srv.Get(id)).To(Equal(approved.Request))
 }
 
 func TestApprovalPageValidatesDecisions(t *testing.T) {
@@ -254,24 +254,24 @@ func TestApprovalPageValidatesDecisions(t *testing.T) {
 		{"deny", `{"note":5}`, "the body is not valid"},
 	} {
 		r := p.decide(cookie, id, tc.action, []byte(tc.body))
-		problem := p.expectProblem(r, http.StatusBadRequest, provider.CodeInvalidRequest)
-		p.g.Expect(problem.Detail).To(ContainSubstring(tc.detail), "%s %s", tc.action, tc.body)
+		refusal := p.expectError(r, http.StatusBadRequest, provider.CodeInvalidRequest)
+		p.g.Expect(refusal.Message).To(ContainSubstring(tc.detail), "%s %s", tc.action, tc.body)
 	}
 	p.g.Expect(p.srv.Get(id)).To(HaveField("Status", provider.StatusPending))
 
-	p.expectProblem(p.decide(cookie, "no-such-id", "approve", []byte(`{"valid_for_minutes":5}`)), http.StatusNotFound, provider.CodeNotFound)
+	p.expectError(p.decide(cookie, "no-such-id", "approve", []byte(`{"valid_for_minutes":5}`)), http.StatusNotFound, provider.CodeNotFound)
 
-	approved := p.expectRequest(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":1440,"note":" ok "}`)), http.StatusOK)
+	approved := p.expectAdmin(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":1440,"note":" ok "}`)), http.StatusOK)
 	p.g.Expect(approved.Decision.Status).To(Equal(provider.StatusApproved))
 	p.g.Expect(approved.Decision.Note).To(Equal("ok (approved by admin)"), "trimmed, and who decided")
 	p.g.Expect(*approved.Decision.DecidedAt).To(BeTemporally("==", t0))
 	p.g.Expect(*approved.Decision.ExpiresAt).To(BeTemporally("==", t0.Add(24*time.Hour)), "the upper bound is allowed")
 
-	conflict := p.expectProblem(p.decide(cookie, id, "deny", []byte(`{"note":"too late"}`)), http.StatusConflict, provider.CodeAlreadyDecided)
-	p.g.Expect(conflict.Request.Status).To(Equal(provider.StatusApproved))
+	conflict := p.expectError(p.decide(cookie, id, "deny", []byte(`{"note":"too late"}`)), http.StatusConflict, provider.CodeAlreadyTerminal)
+	p.g.Expect(conflict.Message).To(ContainSubstring("already approved"))
 
 	other := p.create("key-2").ID
-	denied := p.expectRequest(p.decide(cookie, other, "deny", []byte(`{"note":"Not a duplicate charge."}`)), http.StatusOK)
+	denied := p.expectAdmin(p.decide(cookie, other, "deny", []byte(`{"note":"Not a duplicate charge."}`)), http.StatusOK)
 	p.g.Expect(denied.Decision.Status).To(Equal(provider.StatusDenied))
 	p.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate charge. (denied by admin)"))
 	p.g.Expect(denied.Decision.ExpiresAt).To(BeNil())
@@ -284,9 +284,9 @@ func TestApprovalPageValidityFollowsDefaultApprovalValidity(t *testing.T) {
 
 	page := p.send(p.pageRequest(http.MethodGet, "/ui/", cookie, nil))
 	p.g.Expect(string(page.body)).To(ContainSubstring(`max="2160" step="1" value="2160"`))
-	problem := p.expectProblem(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":2161}`)), http.StatusBadRequest, provider.CodeInvalidRequest)
-	p.g.Expect(problem.Detail).To(ContainSubstring("from 1 to 2160"))
-	approved := p.expectRequest(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":2160}`)), http.StatusOK)
+	refusal := p.expectError(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":2161}`)), http.StatusBadRequest, provider.CodeInvalidRequest)
+	p.g.Expect(refusal.Message).To(ContainSubstring("from 1 to 2160"))
+	approved := p.expectAdmin(p.decide(cookie, id, "approve", []byte(`{"valid_for_minutes":2160}`)), http.StatusOK)
 	p.g.Expect(*approved.Decision.ExpiresAt).To(BeTemporally("==", t0.Add(36*time.Hour)))
 }
 
@@ -303,6 +303,9 @@ type snapshotEvent struct {
 		ID             string `json:"id"`
 		Tool           string `json:"tool"`
 		Arguments      string `json:"arguments"`
+		AgentReasoning string `json:"agent_reasoning"`
+		Context        string `json:"context"`
+		InstanceName   string `json:"instance_name"`
 		IdempotencyKey string `json:"idempotency_key"`
 	} `json:"pending"`
 	Recent []struct {
@@ -413,7 +416,7 @@ func TestApprovalPageEventStream(t *testing.T) {
 	p.g.Consistently(events).WithTimeout(200 * time.Millisecond).ShouldNot(BeClosed())
 	p.clock.Step(time.Second)
 	p.g.Eventually(events).Should(BeClosed())
-	p.expectProblem(p.send(p.pageRequest(http.MethodGet, "/ui/events", cookie, nil)), http.StatusUnauthorized, provider.CodeUnauthenticated)
+	p.expectError(p.send(p.pageRequest(http.MethodGet, "/ui/events", cookie, nil)), http.StatusUnauthorized, provider.CodeUnauthenticated)
 }
 
 func TestApprovalPageEventStreamEndsWhenServerCloses(t *testing.T) {
@@ -573,31 +576,18 @@ func (b *browser) open(base string) {
 
 func row(id string) string { return fmt.Sprintf(`article.request[data-id=%q]`, id) }
 
-// providerClient is Toolgate's provider client, pointed at the test provider.
-func providerClient(p *pageEnv) *provider.HTTPClient {
+// submitThrough submits a request over plain HTTP, as an adapter does, and returns it.
+func submitThrough(p *pageEnv, key, tool, arguments string) provider.Request {
 	p.t.Helper()
-	file := filepath.Join(p.t.TempDir(), "credential")
-	p.g.Expect(os.WriteFile(file, []byte(credential), 0o600)).To(Succeed())
-	c, err := provider.NewHTTPClient(provider.Options{BaseURL: p.url, CredentialFile: file, MaxAttempts: 1})
-	p.g.Expect(err).NotTo(HaveOccurred())
-	return c
-}
-
-func submitThrough(p *pageEnv, c *provider.HTTPClient, key, tool, arguments string) *provider.Request {
-	p.t.Helper()
-	req, err := c.Submit(context.Background(), provider.Submission{
-		IdempotencyKey: key, Tool: tool, Arguments: json.RawMessage(arguments), Timeout: 30 * time.Minute,
-	})
-	p.g.Expect(err).NotTo(HaveOccurred())
-	return req
+	body := provider.CreateApprovalRequest{Tool: tool, Arguments: json.RawMessage(arguments), Timeout: "30m"}
+	return p.expectRequest(p.submit(key, body), http.StatusCreated)
 }
 
 func TestApprovalPageInBrowser(t *testing.T) {
 	p := startPage(t)
-	client := providerClient(p)
-	refundReq := submitThrough(p, client, "toolcall-uid-refund", "issue_refund",
+	refundReq := submitThrough(p, "toolcall-uid-refund", "issue_refund",
 		`{"payment_id": "payment_123", "amount": 4900, "currency": "GBP"}`)
-	emailReq := submitThrough(p, client, "toolcall-uid-email", "send_email",
+	emailReq := submitThrough(p, "toolcall-uid-email", "send_email",
 		`{"to": "customer@example.com", "subject": "Your refund"}`)
 
 	b := newBrowser(t)
@@ -659,18 +649,13 @@ func TestApprovalPageInBrowser(t *testing.T) {
 
 	// A request submitted while the page is open appears without a reload, and leaves when cancelled.
 	b.do(chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
-	third := submitThrough(p, client, "toolcall-uid-third", "delete_branch", `{"branch": "feature/x"}`)
+	third := submitThrough(p, "toolcall-uid-third", "delete_branch", `{"branch": "feature/x"}`)
 	b.do(chromedp.WaitVisible(chromedp.CSS(row(third.ID))))
 	b.g.Expect(b.text(row(third.ID) + " .tool")).To(Equal("delete_branch"))
 	b.g.Expect(b.text(row(third.ID) + " .arguments")).To(Equal("{\n  \"branch\": \"feature/x\"\n}"))
 	b.g.Expect(browserRun(b, chromedp.Evaluate[bool](`window.notReloaded === true`))).To(BeTrue(), "the page did not reload")
 
-	ref, err := provider.Submission{Tool: "delete_branch", Arguments: json.RawMessage(`{"branch": "feature/x"}`)}.Ref()
-	b.g.Expect(err).NotTo(HaveOccurred())
-	ref.ID = third.ID
-	cancelled, err := client.Cancel(context.Background(), ref)
-	b.g.Expect(err).NotTo(HaveOccurred())
-	b.g.Expect(cancelled.Status).To(Equal(provider.StatusCancelled))
+	b.g.Expect(p.expectRequest(p.cancel(third.ID), http.StatusOK).Status).To(Equal(provider.StatusCancelled))
 	b.do(chromedp.WaitNotPresent(chromedp.CSS(row(third.ID))))
 	b.g.Expect(b.text(`#recent-rows tr[data-id="` + third.ID + `"] .status`)).To(Equal("cancelled"))
 	b.g.Expect(browserRun(b, chromedp.Evaluate[bool](`window.notReloaded === true`))).To(BeTrue(), "the page did not reload")

@@ -1,32 +1,18 @@
 package reference_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	. "github.com/onsi/gomega"
 
-	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
 )
 
 const aliceCredential = "alice-approver-credential"
 
 func withAlice(o *reference.Options) { o.Approvers = map[string]string{"alice": aliceCredential} }
-
-// submitAsRequester submits through Toolgate's provider client with the requester it sends.
-func submitAsRequester(p *pageEnv, key, tool, arguments, requester string) *provider.Request {
-	p.t.Helper()
-	req, err := providerClient(p).Submit(context.Background(), provider.Submission{
-		IdempotencyKey: key, Tool: tool, Arguments: json.RawMessage(arguments), Timeout: 30 * time.Minute, Requester: requester,
-	})
-	p.g.Expect(err).NotTo(HaveOccurred())
-	return req
-}
 
 // An approver signs in with their own credential; the page says who is signed in, and their decisions
 // record them in the note. The admin credential signs in as admin.
@@ -44,12 +30,12 @@ func TestApprovalPageRecordsWhoDecided(t *testing.T) {
 	p.g.Expect(page.status).To(Equal(http.StatusOK))
 	p.g.Expect(string(page.body)).To(ContainSubstring(`Signed in as <span id="approver-name">alice</span>`))
 
-	approved := p.expectRequest(p.decide(alice, first, "approve", []byte(`{"valid_for_minutes":5,"note":"Duplicate charge confirmed."}`)), http.StatusOK)
+	approved := p.expectAdmin(p.decide(alice, first, "approve", []byte(`{"valid_for_minutes":5,"note":"Duplicate charge confirmed."}`)), http.StatusOK)
 	p.g.Expect(approved.Decision.Note).To(Equal("Duplicate charge confirmed. (approved by alice)"))
-	denied := p.expectRequest(p.decide(p.session(), second, "deny", []byte(`{"note":"Not a duplicate."}`)), http.StatusOK)
+	denied := p.expectAdmin(p.decide(p.session(), second, "deny", []byte(`{"note":"Not a duplicate."}`)), http.StatusOK)
 	p.g.Expect(denied.Decision.Note).To(Equal("Not a duplicate. (denied by admin)"))
 	// A note that claims another approver: the provider's record is still the last parenthesis.
-	claimed := p.expectRequest(p.decide(alice, third, "approve", []byte(`{"valid_for_minutes":5,"note":"ok (approved by bob)"}`)), http.StatusOK)
+	claimed := p.expectAdmin(p.decide(alice, third, "approve", []byte(`{"valid_for_minutes":5,"note":"ok (approved by bob)"}`)), http.StatusOK)
 	p.g.Expect(claimed.Decision.Note).To(Equal("ok (approved by bob) (approved by alice)"))
 
 	// A session cookie whose name was changed is no session.
@@ -63,26 +49,43 @@ func TestApprovalPageRecordsWhoDecided(t *testing.T) {
 }
 
 func TestApproversAreChecked(t *testing.T) {
-	g := NewWithT(t)
-	for name, approvers := range map[string]map[string]string{
-		"an empty credential":        {"alice": ""},
-		"a name with a space":        {"al ice": "x"},
-		"the admin name":             {"admin": "x"},
-		"the provider credential":    {"alice": credential},
-		"a credential shared by two": {"alice": "same", "bob": "same"},
+	const ownCredential = "give each approver their own"
+	for name, c := range map[string]struct {
+		approvers map[string]string
+		want      string // the error, after "reference provider: "
+	}{
+		"an empty credential": {map[string]string{"alice": ""}, "approver alice has an empty credential"},
+		"a name with a space": {map[string]string{"al ice": "x"},
+			`approver name "al ice": use 1 to 64 letters, digits and . _ @ + - (starting with a letter or digit)`},
+		"the admin name": {map[string]string{"admin": "x"},
+			`approver name "admin" is the name decisions made with the admin credential record: choose another`},
+		"the provider credential": {map[string]string{"alice": credential},
+			"approver alice's credential is the instance, admin or provisioner credential: " + ownCredential},
+		"the provisioner token": {map[string]string{"alice": provisioner},
+			"approver alice's credential is the instance, admin or provisioner credential: " + ownCredential},
+		// Which of the two is named first depends on the map's order.
+		"a credential shared by two": {map[string]string{"alice": "same", "bob": "same"}, "share a credential: give each their own"},
 	} {
-		_, err := reference.New(reference.Options{Credential: credential, Approvers: approvers})
-		g.Expect(err).To(HaveOccurred(), name)
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := reference.New(reference.Options{Credential: credential, ProvisionerToken: provisioner, Approvers: c.approvers})
+			if name == "a credential shared by two" {
+				g.Expect(err).To(MatchError(MatchRegexp(`^reference provider: approvers (alice and bob|bob and alice) ` + c.want + `$`)))
+				return
+			}
+			g.Expect(err).To(MatchError("reference provider: " + c.want))
+		})
 	}
 }
 
-// The page shows who asked, when the submission said, both in the rows the server renders and in
-// those the script adds from the event stream; and who decided, in the recent list's note.
-func TestApprovalPageShowsWhoAskedInBrowser(t *testing.T) {
+// The page says which instance submitted each request (the default instance for the static
+// credential, a provisioned instance's name for its credential), in the rows the server renders and
+// in those the script adds, and in the recent list.
+func TestApprovalPageShowsTheInstanceInBrowser(t *testing.T) {
 	p := startPage(t, withAlice)
-	const agent = "system:serviceaccount:payments:refund-agent"
-	before := submitAsRequester(p, "key-before", "issue_refund", `{"amount": 4900}`, agent)
-	anonymous := submitAsRequester(p, "key-anonymous", "issue_refund", `{"amount": 1}`, "")
+	agent := p.provision("agent", `{"instance_name":"refund-agent"}`, http.StatusCreated)
+	before := p.expectRequest(p.do(p.submitRequestAs(agent.Credential.Token, "key-before", refund())), http.StatusCreated)
+	static := p.create("key-static")
 
 	b := newBrowser(t)
 	b.do(
@@ -90,23 +93,22 @@ func TestApprovalPageShowsWhoAskedInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="live"]`)),
 	)
 	b.g.Expect(b.text("#approver-name")).To(Equal("alice"))
-	after := submitAsRequester(p, "key-after", "issue_refund", `{"amount": 2}`, "ops\u202ebot")
+	renamed := p.patchInstance(agent.Instance.ID, "rename", `{"instance_name":"ops\u202ebot"}`)
+	p.g.Expect(renamed.status).To(Equal(http.StatusOK), string(renamed.body))
+	after := p.expectRequest(p.do(p.submitRequestAs(agent.Credential.Token, "key-after", refund())), http.StatusCreated)
 	b.do(chromedp.WaitVisible(chromedp.CSS(row(after.ID))))
 
-	b.g.Expect(b.text(row(before.ID)+" .requester")).To(Equal(agent), "rendered by the server")
-	b.g.Expect(b.text(row(after.ID)+" .requester")).To(Equal(`ops\u202ebot`), "rendered by the script, an invisible override shown as an escape")
-	for _, id := range []string{before.ID, after.ID} {
-		b.g.Expect(browserRun(b, chromedp.Evaluate[bool](`document.querySelector('`+row(id)+` .requester').hidden`))).To(BeFalse())
-	}
-	b.g.Expect(browserRun(b, chromedp.Evaluate[bool](`document.querySelector('`+row(anonymous.ID)+` .requester-label').hidden`))).
-		To(BeTrue(), "nothing is shown when the provider was not told")
+	b.g.Expect(b.text(row(before.ID)+" .instance-name")).To(Equal("refund-agent"), "rendered by the server")
+	b.g.Expect(b.text(row(before.ID) + " .instance-id")).To(Equal(agent.Instance.ID))
+	b.g.Expect(b.text(row(static.ID) + " .instance-name")).To(Equal(reference.DefaultInstanceName))
+	b.g.Expect(b.text(row(after.ID)+" .instance-name")).To(Equal(`ops\u202ebot`), "rendered by the script, an invisible override shown as an escape")
 
 	b.do(
 		chromedp.SendKeys(chromedp.CSS(row(before.ID)+" .note"), "Duplicate charge confirmed."),
 		chromedp.Click(chromedp.CSS(row(before.ID)+" button.approve")),
 		chromedp.WaitVisible(chromedp.CSS(`#recent-rows tr[data-id="`+before.ID+`"]`)),
 	)
-	b.g.Expect(b.text(`#recent-rows tr[data-id="` + before.ID + `"] .requester`)).To(Equal(agent))
+	b.g.Expect(b.text(`#recent-rows tr[data-id="` + before.ID + `"] .instance`)).To(Equal(`ops\u202ebot`))
 	b.g.Expect(b.text(`#recent-rows tr[data-id="` + before.ID + `"] .note`)).To(Equal("Duplicate charge confirmed. (approved by alice)"))
 	b.g.Expect(b.problems()).To(BeEmpty(), "the page logged no error")
 }

@@ -45,19 +45,22 @@
     setText(article, ".key", req.idempotency_key);
     article.querySelector(".key").hidden = !req.idempotency_key;
     article.querySelector(".key-label").hidden = !req.idempotency_key;
-    setText(article, ".requester", req.requester);
-    article.querySelector(".requester").hidden = !req.requester;
-    article.querySelector(".requester-label").hidden = !req.requester;
+    setText(article, ".instance-name", req.instance_name);
+    setText(article, ".instance-id", req.instance_id);
     setText(article, ".created", req.created_at);
     setText(article, ".deadline", req.deadline_at);
     setText(article, ".arguments", req.arguments);
+    setText(article, ".agent-reasoning", req.agent_reasoning);
+    article.querySelector(".reasoning").hidden = !req.agent_reasoning;
+    setText(article, ".context", req.context);
+    article.querySelector(".runtime-context").hidden = !req.context;
     return article;
   }
 
   function newRecent(req) {
     const row = recentTemplate.content.firstElementChild.cloneNode(true);
     row.dataset.id = req.id;
-    for (const [selector, text] of [[".tool", req.tool], [".requester", req.requester], [".status", req.status], [".note", req.note],
+    for (const [selector, text] of [[".tool", req.tool], [".instance", req.instance_name], [".status", req.status], [".note", req.note],
       [".decided", req.decided_at], [".expires", req.expires_at], [".id", req.id]]) {
       setText(row, selector, text);
     }
@@ -118,9 +121,9 @@
       }
       let detail = `${response.status} ${response.statusText}`;
       try {
-        const problem = await response.json();
-        if (problem.detail) detail = problem.detail;
-      } catch (_) { /* not JSON: keep the status line */ }
+        const body = await response.json();
+        if (body.error && body.error.message) detail = body.error.message;
+      } catch (_) { /* not an error response: keep the status line */ }
       showError(article, detail);
     } catch (err) {
       showError(article, `The provider did not answer: ${err.message}`);

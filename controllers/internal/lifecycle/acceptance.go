@@ -1,0 +1,54 @@
+package lifecycle
+
+import (
+	"fmt"
+	"time"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// Acceptance is what a ToolCall's acceptance record fixes for the rest of its life: its timing window
+// and its approval request, so that every submission of it sends the same body.
+type Acceptance struct {
+	Window     Window
+	Submission provider.Submission
+}
+
+// ReadAcceptance reads the acceptance record admission wrote on tc (its annotations). It fails when
+// the record lacks the execution or approval timeout, or holds a Tool generation that is not a number:
+// the call was not accepted yet, or not by this controller. It checks no more than that: whether the
+// record holds values admission could have written is the acceptance check's question.
+func ReadAcceptance(tc *tg.ToolCall) (Acceptance, error) {
+	exec, err := annotatedDuration(tc, tg.AnnotationExecutionTimeout)
+	if err != nil {
+		return Acceptance{}, err
+	}
+	timeout, err := annotatedDuration(tc, tg.AnnotationApprovalTimeout)
+	if err != nil {
+		return Acceptance{}, err
+	}
+	rc, err := requestContext(tc)
+	if err != nil {
+		return Acceptance{}, err
+	}
+	return Acceptance{
+		Window: NewWindow(tc, exec),
+		Submission: provider.Submission{
+			IdempotencyKey: string(tc.UID),
+			Tool:           tc.Spec.Tool,
+			Arguments:      tc.Spec.Arguments.Raw,
+			Timeout:        timeout,
+			AgentReasoning: tc.Spec.Reason,
+			Context:        rc,
+		},
+	}, nil
+}
+
+func annotatedDuration(tc *tg.ToolCall, key string) (time.Duration, error) {
+	d, err := time.ParseDuration(tc.Annotations[key])
+	if err != nil {
+		return 0, fmt.Errorf("annotation %s, written when the ToolCall was accepted, is missing or invalid: %w", key, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,107 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// recordedCall is a ToolCall with the acceptance record admission writes for acceptedTool.
+func recordedCall() *tg.ToolCall {
+	tc := &tg.ToolCall{}
+	tc.Name, tc.Namespace, tc.UID = "refund", "demo", "call-uid-1"
+	tc.CreationTimestamp = metav1.NewTime(t0)
+	tc.Spec.Tool = "issue_refund"
+	tc.Spec.Arguments = runtime.RawExtension{Raw: []byte(`{"payment_id":"payment_123"}`)}
+	tc.Spec.WaitingLimit = metav1.Duration{Duration: 45 * time.Minute}
+	tc.Spec.Reason = "the customer asked for a refund"
+	tc.Annotations = map[string]string{
+		tg.AnnotationExecutionTimeout: "5m0s",
+		tg.AnnotationApprovalTimeout:  "30m0s",
+	}
+	RecordToolVersion(tc, acceptedTool())
+	return tc
+}
+
+// The acceptance record is read into the call's window and its approval request, the same on every
+// read; a record that lacks what admission writes is an error that names the annotation.
+func TestReadAcceptance(t *testing.T) {
+	cases := []struct {
+		name    string
+		edit    func(*tg.ToolCall)
+		wantErr string
+		check   func(g Gomega, a Acceptance)
+	}{
+		{name: "a record admission wrote", check: func(g Gomega, a Acceptance) {
+			g.Expect(a.Window).To(Equal(Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 5 * time.Minute}))
+			g.Expect(a.Submission.IdempotencyKey).To(Equal("call-uid-1"), "the key is the ToolCall's UID, the same on every attempt")
+			g.Expect(a.Submission.Tool).To(Equal("issue_refund"))
+			g.Expect(string(a.Submission.Arguments)).To(Equal(`{"payment_id":"payment_123"}`))
+			g.Expect(a.Submission.Timeout).To(Equal(30 * time.Minute))
+			g.Expect(a.Submission.AgentReasoning).To(Equal("the customer asked for a refund"))
+			g.Expect(string(a.Submission.Context)).To(MatchJSON(
+				`{"namespace":"demo","tool_call":{"name":"refund","uid":"call-uid-1"},"tool":{"name":"issue-refund","generation":3}}`))
+			ref, err := a.Submission.Ref()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ref).To(Equal(provider.Ref{Tool: "issue_refund", Arguments: `{"payment_id":"payment_123"}`}))
+		}},
+		{name: "the requester is in the context, with its groups", edit: func(tc *tg.ToolCall) {
+			tc.Spec.Requester = &tg.Requester{Username: "agent@example.com"}
+		}, check: func(g Gomega, a Acceptance) {
+			g.Expect(string(a.Submission.Context)).To(MatchJSON(`{"namespace":"demo","tool_call":{"name":"refund","uid":"call-uid-1"},` +
+				`"requester":{"username":"agent@example.com","groups":[]},"tool":{"name":"issue-refund","generation":3}}`))
+		}},
+		{name: "a record without the Tool's version sends no tool in the context", edit: func(tc *tg.ToolCall) {
+			delete(tc.Annotations, tg.AnnotationToolGeneration)
+		}, check: func(g Gomega, a Acceptance) {
+			g.Expect(string(a.Submission.Context)).To(MatchJSON(`{"namespace":"demo","tool_call":{"name":"refund","uid":"call-uid-1"}}`))
+		}},
+		{name: "not accepted yet", edit: func(tc *tg.ToolCall) { tc.Annotations = nil },
+			wantErr: "annotation toolgate.dev/execution-timeout, written when the ToolCall was accepted, is missing or invalid"},
+		{name: "an approval timeout that is not a duration", edit: func(tc *tg.ToolCall) { tc.Annotations[tg.AnnotationApprovalTimeout] = "soon" },
+			wantErr: `annotation toolgate.dev/approval-timeout, written when the ToolCall was accepted, is missing or invalid: time: invalid duration "soon"`},
+		{name: "a Tool generation that is not a number", edit: func(tc *tg.ToolCall) { tc.Annotations[tg.AnnotationToolGeneration] = "three" },
+			wantErr: "annotation toolgate.dev/tool-generation, written when the ToolCall was accepted, is not a number"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tc := recordedCall()
+			if c.edit != nil {
+				c.edit(tc)
+			}
+			a, err := ReadAcceptance(tc)
+			if c.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(c.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			c.check(g, a)
+			again, err := ReadAcceptance(tc)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(again).To(Equal(a), "every read of the record is the same request")
+		})
+	}
+}
+
+// A call's window comes from its creation, its waiting limit and the Tool's execution timeout, the
+// default when the Tool sets none.
+func TestNewWindowAndExecutionTimeout(t *testing.T) {
+	g := NewWithT(t)
+	tool := acceptedTool()
+	g.Expect(ExecutionTimeout(tool)).To(Equal(5*time.Minute), "the default, %s", tg.DefaultExecutionTimeout)
+	tool.Spec.ExecutionTimeout = &metav1.Duration{}
+	g.Expect(ExecutionTimeout(tool)).To(Equal(5*time.Minute), "zero is not a timeout")
+	tool.Spec.ExecutionTimeout = &metav1.Duration{Duration: 90 * time.Second}
+	g.Expect(ExecutionTimeout(tool)).To(Equal(90 * time.Second))
+
+	w := NewWindow(recordedCall(), ExecutionTimeout(tool))
+	g.Expect(w).To(Equal(Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 90 * time.Second}))
+	g.Expect(DefaultTiming().ApprovalLimit(w)).To(Equal(t0.Add(45*time.Minute - 90*time.Second - 10*time.Second)))
+}

@@ -1,0 +1,58 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// The context object of an approval request: runtime facts the manager observed, which a provider
+// shows its approvers next to the arguments. It is built only from what never changes once the
+// ToolCall is accepted (its identity, its immutable spec, the acceptance record), so that every
+// submission of the call, a replay after a crash included, is the same request. It establishes no
+// identity at the provider; the instance credential does.
+type requestContextBody struct {
+	Namespace string           `json:"namespace"`
+	ToolCall  toolCallContext  `json:"tool_call"`
+	Requester *requesterFacts  `json:"requester,omitempty"`
+	Tool      *toolFactsAtCall `json:"tool,omitempty"`
+}
+
+type toolCallContext struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+}
+
+// requesterFacts is who created the ToolCall, as the apiserver authenticated them (spec.requester).
+type requesterFacts struct {
+	Username string   `json:"username"`
+	Groups   []string `json:"groups"`
+}
+
+// toolFactsAtCall is the Tool the call was accepted against.
+type toolFactsAtCall struct {
+	Name       string `json:"name,omitempty"`
+	Generation int64  `json:"generation"`
+}
+
+// requestContext renders the context object of tc's approval request.
+func requestContext(tc *tg.ToolCall) ([]byte, error) {
+	body := requestContextBody{Namespace: tc.Namespace, ToolCall: toolCallContext{Name: tc.Name, UID: string(tc.UID)}}
+	if rq := tc.Spec.Requester; rq != nil {
+		groups := rq.Groups
+		if groups == nil {
+			groups = []string{}
+		}
+		body.Requester = &requesterFacts{Username: rq.Username, Groups: groups}
+	}
+	if gen, ok := tc.Annotations[tg.AnnotationToolGeneration]; ok {
+		g, err := strconv.ParseInt(gen, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s, written when the ToolCall was accepted, is not a number: %w", tg.AnnotationToolGeneration, err)
+		}
+		body.Tool = &toolFactsAtCall{Name: tc.Annotations[tg.AnnotationToolName], Generation: g}
+	}
+	return json.Marshal(body)
+}

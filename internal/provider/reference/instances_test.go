@@ -1,0 +1,163 @@
+package reference_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	. "github.com/onsi/gomega"
+
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+)
+
+// provisionResponse sends POST /v1/instances with the provisioner token.
+func (e *env) provisionResponse(key, body string) response {
+	e.t.Helper()
+	req := e.requestAs(provisioner, http.MethodPost, "/v1/instances", []byte(body))
+	if key != "" {
+		req.Header.Set(provider.HeaderIdempotencyKey, key)
+	}
+	return e.do(req)
+}
+
+// provision provisions an instance, checks the answer strictly and returns it.
+func (e *env) provision(key, body string, status int) provider.ProvisionInstanceResponse {
+	e.t.Helper()
+	r := e.provisionResponse(key, body)
+	e.g.Expect(r.status).To(Equal(status), string(r.body))
+	e.g.Expect(r.header.Get("Content-Type")).To(Equal(provider.ContentTypeJSON))
+	var wire aapProvisioned
+	strictly(e.g, r.body, &wire)
+	e.g.Expect(uuid.Parse(wire.Instance.ID)).Error().NotTo(HaveOccurred())
+	e.g.Expect(wire.Instance.Name).NotTo(BeEmpty())
+	e.g.Expect(wire.Instance.Delivery).To(BeNil())
+	e.g.Expect(wire.Credential.Token).NotTo(BeEmpty())
+	var res provider.ProvisionInstanceResponse
+	e.g.Expect(json.Unmarshal(r.body, &res)).To(Succeed())
+	return res
+}
+
+// instance sends GET /v1/instances/{id} with the provisioner token.
+func (e *env) instance(id string) response {
+	e.t.Helper()
+	return e.do(e.requestAs(provisioner, http.MethodGet, "/v1/instances/"+id, nil))
+}
+
+// expectInstance checks an Instance answer strictly and returns it.
+func (e *env) expectInstance(r response) provider.Instance {
+	e.t.Helper()
+	e.g.Expect(r.status).To(Equal(http.StatusOK), string(r.body))
+	var wire aapInstance
+	strictly(e.g, r.body, &wire)
+	var inst provider.Instance
+	e.g.Expect(json.Unmarshal(r.body, &inst)).To(Succeed())
+	return inst
+}
+
+// patchInstance sends PATCH /v1/instances/{id} with the provisioner token.
+func (e *env) patchInstance(id, key, body string) response {
+	e.t.Helper()
+	req := e.requestAs(provisioner, http.MethodPatch, "/v1/instances/"+id, []byte(body))
+	if key != "" {
+		req.Header.Set(provider.HeaderIdempotencyKey, key)
+	}
+	return e.do(req)
+}
+
+// deleteInstance sends DELETE /v1/instances/{id} with the provisioner token.
+func (e *env) deleteInstance(id string) response {
+	e.t.Helper()
+	return e.do(e.requestAs(provisioner, http.MethodDelete, "/v1/instances/"+id, nil))
+}
+
+func TestProvisionValidation(t *testing.T) {
+	e := start(t)
+	for _, tc := range []struct {
+		name, key, body string
+		code, param     string
+	}{
+		{"no key", "", `{}`, provider.CodeInvalidRequest, "Idempotency-Key"},
+		{"no body", "k", ``, provider.CodeInvalidRequest, ""},
+		{"not an object", "k", `"x"`, provider.CodeInvalidRequest, ""},
+		{"unknown field", "k", `{"name":"x"}`, provider.CodeInvalidRequest, "name"},
+		{"empty name", "k", `{"instance_name":""}`, provider.CodeInvalidRequest, "instance_name"},
+		{"long name", "k", `{"instance_name":"` + strings.Repeat("n", 129) + `"}`, provider.CodeInvalidRequest, "instance_name"},
+		{"name a number", "k", `{"instance_name":7}`, provider.CodeInvalidRequest, "instance_name"},
+		{"webhook delivery", "k", `{"delivery":{"type":"webhook","url":"https://example.com/aap","registration_id":"` + uuid.NewString() +
+			`","signing_secret":"whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}}`, provider.CodeUnsupportedDeliveryType, "delivery"},
+		{"null delivery", "k", `{"delivery":null}`, provider.CodeInvalidRequest, "delivery"},
+	} {
+		got := e.expectError(e.provisionResponse(tc.key, tc.body), http.StatusBadRequest, tc.code)
+		e.g.Expect(got.Param).To(Equal(tc.param), tc.name)
+	}
+	// Nothing was committed: the key is still free.
+	res := e.provision("k", `{}`, http.StatusCreated)
+	e.g.Expect(res.Instance.Name).To(Equal("instance-"+res.Instance.ID[:8]), "a name the provider assigns")
+	e.g.Expect(res.Credential.ExpiresAt).To(BeNil(), "no expiry is scheduled")
+}
+
+func TestUpdateInstance(t *testing.T) {
+	e := start(t)
+	res := e.provision("p", `{"instance_name":"first"}`, http.StatusCreated)
+	id := res.Instance.ID
+
+	e.g.Expect(e.expectInstance(e.patchInstance(id, "u1", `{"instance_name":"second"}`)).Name).To(Equal("second"))
+	e.g.Expect(e.expectInstance(e.instance(id)).Name).To(Equal("second"))
+	e.g.Expect(e.expectInstance(e.patchInstance(id, "u2", `{"instance_name":"third"}`)).Name).To(Equal("third"))
+	// A replay of the first update returns its original result and does not overwrite the later one.
+	e.g.Expect(e.expectInstance(e.patchInstance(id, "u1", `{ "instance_name" : "second" }`)).Name).To(Equal("second"))
+	e.g.Expect(e.expectInstance(e.instance(id)).Name).To(Equal("third"))
+	e.expectError(e.patchInstance(id, "u1", `{"instance_name":"other"}`), http.StatusConflict, provider.CodeIdempotencyConflict)
+	// Removing a delivery that is not there changes nothing; configuring one is not supported.
+	e.g.Expect(e.expectInstance(e.patchInstance(id, "u3", `{"delivery":null}`)).Name).To(Equal("third"))
+	e.expectError(e.patchInstance(id, "u4", `{"delivery":{"type":"webhook"}}`), http.StatusBadRequest, provider.CodeUnsupportedDeliveryType)
+
+	for _, tc := range []struct{ key, body, param string }{
+		{"", `{"instance_name":"x"}`, "Idempotency-Key"},
+		{"u5", `{}`, ""},
+		{"u5", `{"instance_name":"x","extra":1}`, "extra"},
+	} {
+		got := e.expectError(e.patchInstance(id, tc.key, tc.body), http.StatusBadRequest, provider.CodeInvalidRequest)
+		e.g.Expect(got.Param).To(Equal(tc.param), tc.body)
+	}
+	e.expectError(e.patchInstance("not-a-uuid", "u6", `{"instance_name":"x"}`), http.StatusBadRequest, provider.CodeInvalidRequest)
+	e.expectError(e.patchInstance(uuid.NewString(), "u6", `{"instance_name":"x"}`), http.StatusNotFound, provider.CodeNotFound)
+	e.expectError(e.instance("not-a-uuid"), http.StatusBadRequest, provider.CodeInvalidRequest)
+	e.expectError(e.deleteInstance("not-a-uuid"), http.StatusNotFound, provider.CodeNotFound)
+}
+
+// The default instance (the static credential's) is outside the provisioner's scope.
+func TestTheDefaultInstanceIsNotTheProvisioners(t *testing.T) {
+	e := start(t)
+	id := e.srv.DefaultInstance().ID
+	e.expectError(e.instance(id), http.StatusNotFound, provider.CodeNotFound)
+	e.expectError(e.patchInstance(id, "u", `{"instance_name":"mine"}`), http.StatusNotFound, provider.CodeNotFound)
+	e.expectError(e.deleteInstance(id), http.StatusNotFound, provider.CodeNotFound)
+	e.create("still-works")
+}
+
+// Without a provisioner token there is nothing that may provision.
+func TestNoProvisionerWithoutAToken(t *testing.T) {
+	e := start(t, func(o *reference.Options) { o.ProvisionerToken = "" })
+	e.expectError(e.provisionResponse("k", `{}`), http.StatusUnauthorized, provider.CodeUnauthenticated)
+	req := e.request(http.MethodPost, "/v1/instances", []byte(`{}`))
+	req.Header.Set(provider.HeaderIdempotencyKey, "k")
+	e.expectError(e.do(req), http.StatusForbidden, provider.CodeForbidden)
+}
+
+// Instance operations take faults too (op instances, or any).
+func TestFaultsOnInstanceOperations(t *testing.T) {
+	e := start(t)
+	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpInstances, Kind: reference.FaultDropAfterCommit, Count: 1})).To(Succeed())
+	req := e.requestAs(provisioner, http.MethodPost, "/v1/instances", []byte(`{"instance_name":"lost"}`))
+	req.Header.Set(provider.HeaderIdempotencyKey, "lost")
+	_, err := e.try(req)
+	e.g.Expect(err).To(HaveOccurred(), "the response was dropped")
+	res := e.provision("lost", `{"instance_name":"lost"}`, http.StatusOK) // committed: the replay recovers it
+	e.g.Expect(res.Instance.Name).To(Equal("lost"))
+	e.g.Expect(e.stats().Instances).To(BeEquivalentTo(2))
+	e.g.Expect(e.stats().Responses[reference.OpInstances]).To(Equal(map[int]int64{0: 1, 200: 1}))
+}
