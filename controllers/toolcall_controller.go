@@ -138,7 +138,9 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
-	r.written.wrote(tc)
+	if tc.ResourceVersion != orig.ResourceVersion {
+		r.written.wrote(tc) // this reconcile wrote the ToolCall
+	}
 	r.recordTransition(orig, tc)
 	if tc.Status.Phase == tg.PhaseRunning || tc.Status.Phase.IsTerminal() {
 		// Approved (or ended): no request of this ToolCall can be pending any more.

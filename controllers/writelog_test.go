@@ -4,49 +4,50 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
-func toolCallAt(phase tg.ToolCallPhase, finalizer bool) *tg.ToolCall {
+func toolCallAtVersion(uid types.UID, rv string) *tg.ToolCall {
 	tc := &tg.ToolCall{}
-	tc.UID = "uid-1"
-	tc.Status.Phase = phase
-	if finalizer {
-		tc.Finalizers = []string{tg.Finalizer}
-	}
+	tc.UID = uid
+	tc.ResourceVersion = rv
 	return tc
 }
 
-// Each of the controller's writes moves a ToolCall to a later stage.
-func TestStageOrdersTheControllersWrites(t *testing.T) {
-	g := NewWithT(t)
-	order := []*tg.ToolCall{
-		toolCallAt("", false),
-		toolCallAt("", true),
-		toolCallAt(tg.PhaseAwaitingApproval, true),
-		toolCallAt(tg.PhaseRunning, true),
-		toolCallAt(tg.PhaseRunning, false),
-		toolCallAt(tg.PhaseSucceeded, true),
-		toolCallAt(tg.PhaseSucceeded, false),
+func TestWriteLogDetectsAStaleRead(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		written string // "" when nothing was written
+		cached  string
+		behind  bool
+	}{
+		{name: "nothing written", written: "", cached: "100", behind: false},
+		{name: "the cache is from before the write", written: "120", cached: "100", behind: true},
+		{name: "the cache has the write", written: "120", cached: "120", behind: false},
+		{name: "the cache has a later write of someone else", written: "120", cached: "135", behind: false},
+		{name: "more digits is later", written: "1000", cached: "999", behind: true},
+		{name: "a version the apiserver did not issue is taken as it is", written: "120", cached: "x1", behind: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var l writeLog
+			l.wrote(toolCallAtVersion("uid-1", c.written))
+			g.Expect(l.behind(toolCallAtVersion("uid-1", c.cached))).To(Equal(c.behind))
+			g.Expect(l.behind(toolCallAtVersion("uid-2", c.cached))).To(BeFalse(), "another ToolCall is not held back")
+			if !c.behind {
+				g.Expect(l.versions).NotTo(HaveKey(types.UID("uid-1")), "an entry goes once the cache caught up")
+			}
+		})
 	}
-	for i := 1; i < len(order); i++ {
-		g.Expect(stage(order[i])).To(BeNumerically(">", stage(order[i-1])), "step %d", i)
-	}
-	g.Expect(stage(toolCallAt(tg.PhaseDenied, false))).To(Equal(stage(toolCallAt(tg.PhaseSucceeded, false))))
 }
 
-func TestWriteLogDetectsAStaleRead(t *testing.T) {
+func TestWriteLogForgetsADeletedToolCall(t *testing.T) {
 	g := NewWithT(t)
 	var l writeLog
-	g.Expect(l.behind(toolCallAt("", false))).To(BeFalse(), "nothing written yet")
-
-	l.wrote(toolCallAt(tg.PhaseAwaitingApproval, true))
-	g.Expect(l.behind(toolCallAt("", true))).To(BeTrue(), "the cache shows the acceptance, not the status write")
-	g.Expect(l.behind(toolCallAt(tg.PhaseAwaitingApproval, true))).To(BeFalse(), "caught up")
-	g.Expect(l.stages).To(BeEmpty(), "an entry goes once the cache caught up")
-
-	l.wrote(toolCallAt(tg.PhaseRunning, false))
+	l.wrote(toolCallAtVersion("uid-1", "120"))
 	l.forget("uid-1")
-	g.Expect(l.behind(toolCallAt(tg.PhaseRunning, true))).To(BeFalse(), "forgotten on deletion")
+	g.Expect(l.behind(toolCallAtVersion("uid-1", "100"))).To(BeFalse())
+	g.Expect(l.versions).To(BeEmpty())
 }

@@ -377,7 +377,6 @@ func TestNotRetried(t *testing.T) {
 			g.Expect(pe.Code).To(Equal(tc.code), err.Error())
 			g.Expect(pe.StatusCode).To(Equal(tc.status))
 			g.Expect(pe.Retryable).To(BeFalse())
-			g.Expect(provider.IsRetryable(err)).To(BeFalse())
 			g.Expect(provider.IsUntrusted(err)).To(BeFalse())
 			g.Expect(pe.Detail).NotTo(BeEmpty(), "the provider's message is kept")
 			for _, want := range tc.detail {

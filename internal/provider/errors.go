@@ -44,12 +44,6 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// IsRetryable reports whether err is a provider error that may succeed when repeated.
-func IsRetryable(err error) bool {
-	var pe *Error
-	return errors.As(err, &pe) && pe.Retryable
-}
-
 // CodeOf returns the provider or client-side code of err, "" when err is not a provider error.
 func CodeOf(err error) string {
 	var pe *Error

@@ -290,7 +290,6 @@ func TestHostileResponses(t *testing.T) {
 			g.Expect(pe.StatusCode).To(Equal(tc.status))
 			g.Expect(pe.Code).To(Equal(tc.code), err.Error())
 			g.Expect(pe.Retryable).To(BeFalse())
-			g.Expect(provider.IsRetryable(err)).To(BeFalse())
 			g.Expect(provider.IsUntrusted(err)).To(Equal(tc.untrusted))
 			for _, want := range tc.detail {
 				g.Expect(err.Error()).To(ContainSubstring(want))

@@ -208,7 +208,6 @@ func TestResponseVerificationIsLiberalWhereSafe(t *testing.T) {
 func TestCodeHelpersOnOtherErrors(t *testing.T) {
 	g := newG(t)
 	g.Expect(provider.IsUntrusted(errors.New("plain"))).To(BeFalse())
-	g.Expect(provider.IsRetryable(errors.New("plain"))).To(BeFalse())
 	g.Expect(provider.CannotCancel(errors.New("plain"))).To(BeFalse())
 	g.Expect(provider.CodeOf(errors.New("plain"))).To(BeEmpty())
 	wrapped := errors.Join(errors.New("context"), &provider.Error{Op: "wait", Code: provider.CodeUntrusted})

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Who decided. The seed's decision has no field for the approver, so the reference provider records
+// Who decided. An AAP decision has no field for the approver, so the reference provider records
 // it in the decision's note, which every client shows (Toolgate copies it into the ToolCall's
 // status.decision.note): "<note> (approved by alice)", or "approved by alice" without a note. The
 // approver is who signed in to the approval page, or whose credential called the admin API: an
