@@ -103,6 +103,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 
 	// The manager: killed and restarted until the chaos window ends.
 	var kills int
+	var killedAt []time.Time // when each kill happened; read once the killer has stopped
 	starts := newStarts()
 	begin := func() *th.Process {
 		at := time.Now()
@@ -124,6 +125,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 			case <-time.After(life):
 			}
 			proc.Kill()
+			killedAt = append(killedAt, time.Now())
 			keepLog(t, profile, kills, proc)
 			kills++
 			proc = begin()
@@ -266,7 +268,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	humans.wait()
 	keepLog(t, profile, kills, proc)
 
-	rep := audit(ctx, t, h, all, versions, liveBound(starts.longestStart()))
+	rep := audit(ctx, t, h, all, versions, liveBound(starts.longestStart()), killedAt)
 	rep.starts = starts.String()
 	rep.kills, rep.window, rep.edits = kills, window, versions.edits
 	rep.seed, rep.profile = s, profile
