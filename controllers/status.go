@@ -28,6 +28,7 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 	tc.Status.Reason = reason
 	tc.Status.Message = message
 	tc.Status.ObservedGeneration = tc.Generation
+	setProgress(tc, phase, reason, message)
 	switch phase {
 	case tg.PhasePending, tg.PhaseAwaitingApproval:
 		if approvedByPolicy(tc) { // an Approve rule matched; the Job is being created
@@ -60,6 +61,24 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 		setCondition(tc, tg.ConditionExecuted, metav1.ConditionFalse, reason, "The tool did not run.")
 		setCondition(tc, tg.ConditionReady, metav1.ConditionTrue, reason, message)
 	}
+}
+
+// setProgress sets kstatus's conditions from the phase: Reconciling True while the call is under way;
+// once it ended, Reconciling False and Stalled True for every outcome but Succeeded, so that a tool
+// that waits on a ToolCall with kstatus (Flux, kapply, Config Sync) reports a denied, expired,
+// rejected, cancelled, unavailable or failed call as failed, and only a succeeded one as current.
+func setProgress(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
+	if !phase.IsTerminal() {
+		setCondition(tc, tg.ConditionReconciling, metav1.ConditionTrue, reason, message)
+		meta.RemoveStatusCondition(&tc.Status.Conditions, tg.ConditionStalled)
+		return
+	}
+	setCondition(tc, tg.ConditionReconciling, metav1.ConditionFalse, reason, message)
+	stalled := metav1.ConditionTrue
+	if phase == tg.PhaseSucceeded {
+		stalled = metav1.ConditionFalse
+	}
+	setCondition(tc, tg.ConditionStalled, stalled, reason, message)
 }
 
 // imageUnavailableExecuted is the Executed condition's message while, or after, the tool's container

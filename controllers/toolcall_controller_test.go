@@ -96,6 +96,13 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), ct)
 		g.Expect(c.ObservedGeneration).To(Equal(done.Generation), ct)
 	}
+	// kstatus's conditions: no longer under way, and not stalled.
+	for _, ct := range []string{tg.ConditionReconciling, tg.ConditionStalled} {
+		c := meta.FindStatusCondition(done.Status.Conditions, ct)
+		g.Expect(c).NotTo(BeNil(), ct)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse), ct)
+		g.Expect(c.ObservedGeneration).To(Equal(done.Generation), ct)
+	}
 	g.Expect(done.Status.ObservedGeneration).To(Equal(done.Generation))
 	g.Expect(h.Jobs()).To(HaveLen(1))
 	g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElements(
@@ -220,6 +227,10 @@ func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
 	g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
 	ready := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionReady)
 	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.Status.DeadlineAt.Add(th.TestTiming().FinalStateMargin).Truncate(time.Second)))
+	stalled := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionStalled)
+	g.Expect(stalled).NotTo(BeNil())
+	g.Expect(stalled.Status).To(Equal(metav1.ConditionTrue), "kstatus reports the call Failed, not Current")
+	g.Expect(stalled.Reason).To(Equal(tg.ReasonProviderExpired))
 	st := h.Provider.Stats()
 	g.Expect(st.Faults[reference.FaultError5xx]).To(BeNumerically(">=", 1))
 	g.Expect(st.Cancels).To(BeNumerically(">=", 1))

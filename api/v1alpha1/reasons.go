@@ -40,6 +40,13 @@ const (
 	ConditionExecuted = "Executed"
 	// ConditionReady: True once the ToolCall reached a terminal phase and its outcome is final.
 	ConditionReady = "Ready"
+	// ConditionReconciling (kstatus): True while the call is Pending, AwaitingApproval or Running;
+	// False once it ended. kstatus, and the tools built on it (Flux's wait, kapply, Config Sync),
+	// report such a ToolCall InProgress.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled (kstatus): set once the call ended; True for every outcome other than
+	// Succeeded (the tool did not run, or ran and failed), which kstatus reports as Failed.
+	ConditionStalled = "Stalled"
 )
 
 // ConditionApprovalRulesReady is the Tool condition that says whether its approval rules compiled.

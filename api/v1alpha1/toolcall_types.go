@@ -175,7 +175,8 @@ type ToolCallStatus struct {
 	// message is a sentence a person or an agent can read.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// conditions: Approved, Executed and Ready.
+	// conditions: Approved, Executed and Ready, and kstatus's Reconciling (True while the call is
+	// under way) and Stalled (True once it ended in any outcome but Succeeded).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -211,6 +212,9 @@ type ToolCall struct {
 	// +required
 	Spec ToolCallSpec `json:"spec"`
 
+	// A ToolCall the controller has not written yet reads with status.observedGeneration 0, older than
+	// its generation: kstatus reports it InProgress from its creation, not Current.
+	// +kubebuilder:default={observedGeneration: 0}
 	// +optional
 	Status ToolCallStatus `json:"status,omitempty"`
 }

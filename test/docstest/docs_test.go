@@ -6,9 +6,8 @@
 //     tables give each reason of the controller's event table (controllers.Events) with its type.
 //   - Every metric Toolgate registers is in docs/metrics.md with its labels, and that page names no
 //     toolgate_ metric that does not exist.
-//   - The Argo CD health check in docs/gitops.md maps every phase to the right health, and the Flux
-//     health check expressions there give the right status for every phase when evaluated with CEL
-//     the way Flux evaluates them.
+//   - The Argo CD health check in docs/gitops.md maps every phase to the right health, and its Flux
+//     section gives every phase the status kstatus computes for it, with no custom check.
 //   - The validation messages of the CRDs are quoted in docs/troubleshooting.md.
 //   - The admission policies of config/admission are named in docs/troubleshooting.md.
 //   - The ClusterRoles the docs bind exist in config/rbac.
@@ -30,9 +29,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/ext"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -268,53 +264,32 @@ func expectedArgoHealth(p tg.ToolCallPhase) string {
 	return "Progressing"
 }
 
-// fluxHealthCheck is one entry of a Flux Kustomization's spec.healthCheckExprs.
-type fluxHealthCheck struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	InProgress string `json:"inProgress"`
-	Failed     string `json:"failed"`
-	Current    string `json:"current"`
-}
-
-func TestFluxHealthCheckExpressionsGiveTheRightStatus(t *testing.T) {
+// The Flux Kustomization in docs/gitops.md waits with plain kstatus (no healthCheckExprs), and the
+// kstatus table there gives every phase the status kstatus computes for it (controllers/status_test.go
+// computes it with kstatus itself).
+func TestFluxSectionSaysWhatKstatusReports(t *testing.T) {
 	g := NewWithT(t)
 	var ks struct {
+		Kind string `json:"kind"`
 		Spec struct {
-			HealthCheckExprs []fluxHealthCheck `json:"healthCheckExprs"`
+			Wait             bool  `json:"wait"`
+			HealthCheckExprs []any `json:"healthCheckExprs"`
 		} `json:"spec"`
 	}
-	g.Expect(yaml.Unmarshal([]byte(codeBlockContaining(t, "docs/gitops.md", "healthCheckExprs:")), &ks)).To(Succeed())
-	var hc *fluxHealthCheck
-	for i := range ks.Spec.HealthCheckExprs {
-		if ks.Spec.HealthCheckExprs[i].Kind == "ToolCall" {
-			hc = &ks.Spec.HealthCheckExprs[i]
-		}
+	g.Expect(yaml.Unmarshal([]byte(codeBlockContaining(t, "docs/gitops.md", "kind: Kustomization")), &ks)).To(Succeed())
+	g.Expect(ks.Kind).To(Equal("Kustomization"))
+	g.Expect(ks.Spec.Wait).To(BeTrue())
+	g.Expect(ks.Spec.HealthCheckExprs).To(BeEmpty(), "kstatus follows a ToolCall with no custom check")
+
+	doc := readFile(t, "docs/gitops.md")
+	for _, p := range stringConsts(t, "api/v1alpha1/toolcall_types.go", "Phase") {
+		row := regexp.MustCompile("(?m)^\\|[^\\n]*`" + p + "`[^\\n]*\\| `(InProgress|Current|Failed)` \\|$").FindStringSubmatch(doc)
+		g.Expect(row).NotTo(BeNil(), "docs/gitops.md: no kstatus row for phase %s", p)
+		g.Expect(row[1]).To(Equal(expectedKstatus(tg.ToolCallPhase(p))), "phase %s", p)
 	}
-	g.Expect(hc).NotTo(BeNil(), "docs/gitops.md: healthCheckExprs has no entry for kind ToolCall")
-	g.Expect(hc.APIVersion).To(Equal(tg.GroupVersion.String()))
-	g.Expect(hc.Current).NotTo(BeEmpty())
-
-	phases := stringConsts(t, "api/v1alpha1/toolcall_types.go", "Phase")
-	for _, p := range phases {
-		obj := toolCallObject(map[string]any{"phase": p, "observedGeneration": int64(1)})
-		status, err := fluxStatus(hc, obj)
-		g.Expect(err).NotTo(HaveOccurred(), "phase %s", p)
-		g.Expect(status).To(Equal(expectedFluxStatus(tg.ToolCallPhase(p))), "phase %s", p)
-	}
-
-	// Accepted but no phase recorded yet: in progress.
-	status, err := fluxStatus(hc, toolCallObject(map[string]any{}))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(status).To(Equal("InProgress"))
-
-	// No status at all (before the first status write): the expressions cannot be evaluated, as
-	// docs/gitops.md says; Flux then reports the status as unknown and polls again.
-	_, err = fluxStatus(hc, toolCallObject(nil))
-	g.Expect(err).To(HaveOccurred())
 }
 
-func expectedFluxStatus(p tg.ToolCallPhase) string {
+func expectedKstatus(p tg.ToolCallPhase) string {
 	switch {
 	case p == tg.PhaseSucceeded:
 		return "Current"
@@ -322,66 +297,6 @@ func expectedFluxStatus(p tg.ToolCallPhase) string {
 		return "Failed"
 	}
 	return "InProgress"
-}
-
-func toolCallObject(status map[string]any) map[string]any {
-	obj := map[string]any{
-		"apiVersion": tg.GroupVersion.String(),
-		"kind":       "ToolCall",
-		"metadata":   map[string]any{"name": "refund-payment-123", "namespace": "demo", "generation": int64(1)},
-		"spec":       map[string]any{"tool": "issue_refund", "arguments": map[string]any{"payment_id": "payment_123"}, "waitingLimit": "45m"},
-	}
-	if status != nil {
-		obj["status"] = status
-	}
-	return obj
-}
-
-// fluxStatus evaluates the expressions as Flux's kustomize-controller does (RFC 0009): the
-// expressions are parsed, not type-checked, with the optional-types and string, set and encoder
-// extensions; inProgress, failed and current are tried in that order and the first true one wins;
-// none true means in progress.
-func fluxStatus(hc *fluxHealthCheck, obj map[string]any) (string, error) {
-	env, err := cel.NewEnv(
-		cel.HomogeneousAggregateLiterals(),
-		cel.EagerlyValidateDeclarations(true),
-		cel.DefaultUTCTimeZone(true),
-		cel.CrossTypeNumericComparisons(true),
-		cel.OptionalTypes(),
-		ext.Strings(),
-		ext.Sets(),
-		ext.Encoders(),
-	)
-	if err != nil {
-		return "", err
-	}
-	for _, e := range []struct{ expr, status string }{
-		{hc.InProgress, "InProgress"}, {hc.Failed, "Failed"}, {hc.Current, "Current"},
-	} {
-		if e.expr == "" {
-			continue
-		}
-		parsed, iss := env.Parse(e.expr)
-		if iss != nil && iss.Err() != nil {
-			return "", fmt.Errorf("parsing %q: %w", e.expr, iss.Err())
-		}
-		prog, err := env.Program(parsed)
-		if err != nil {
-			return "", err
-		}
-		val, _, err := prog.Eval(obj)
-		if err != nil {
-			return "", fmt.Errorf("evaluating %q: %w", e.expr, err)
-		}
-		b, ok := val.(types.Bool)
-		if !ok {
-			return "", fmt.Errorf("%q does not evaluate to a bool but %v", e.expr, val.Type())
-		}
-		if b {
-			return e.status, nil
-		}
-	}
-	return "InProgress", nil
 }
 
 // ---------------------------------------------------------------------------------------------------
