@@ -48,6 +48,19 @@ func (c *call) body() ([]byte, *fieldError) {
 }
 
 // idempotencyKey reads the required Idempotency-Key header.
+// keyedBody reads what every idempotent write carries: its Idempotency-Key and its body.
+func (c *call) keyedBody() (string, []byte, *fieldError) {
+	key, ferr := c.idempotencyKey()
+	if ferr != nil {
+		return "", nil, ferr
+	}
+	data, ferr := c.body()
+	if ferr != nil {
+		return "", nil, ferr
+	}
+	return key, data, nil
+}
+
 func (c *call) idempotencyKey() (string, *fieldError) {
 	key := c.r.Header.Get(provider.HeaderIdempotencyKey)
 	switch {

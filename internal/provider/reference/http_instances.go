@@ -61,11 +61,7 @@ func parseInstanceBody(data []byte, update bool) (instanceBody, reply, bool) {
 
 // POST /v1/instances.
 func (s *Server) handleProvision(c *call) reply {
-	key, ferr := c.idempotencyKey()
-	if ferr != nil {
-		return refused(ferr)
-	}
-	data, ferr := c.body()
+	key, data, ferr := c.keyedBody()
 	if ferr != nil {
 		return refused(ferr)
 	}
@@ -129,11 +125,7 @@ func (s *Server) handleUpdateInstance(c *call) reply {
 	if !ok {
 		return rp
 	}
-	key, ferr := c.idempotencyKey()
-	if ferr != nil {
-		return refused(ferr)
-	}
-	data, ferr := c.body()
+	key, data, ferr := c.keyedBody()
 	if ferr != nil {
 		return refused(ferr)
 	}

@@ -21,11 +21,7 @@ func isUUID(id string) bool {
 
 // POST /v1/requests.
 func (s *Server) handleSubmit(c *call) reply {
-	key, ferr := c.idempotencyKey()
-	if ferr != nil {
-		return refused(ferr)
-	}
-	data, ferr := c.body()
+	key, data, ferr := c.keyedBody()
 	if ferr != nil {
 		return refused(ferr)
 	}
