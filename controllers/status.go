@@ -69,7 +69,9 @@ func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 // rejected, cancelled, unavailable or failed call as failed, and only a succeeded one as current.
 func setProgress(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
 	if !phase.IsTerminal() {
-		setCondition(tc, tg.ConditionReconciling, metav1.ConditionTrue, reason, message)
+		// A short message: every pending ToolCall in the manager's cache carries it, and
+		// status.message already says the rest.
+		setCondition(tc, tg.ConditionReconciling, metav1.ConditionTrue, reason, "The call is "+string(phase)+".")
 		meta.RemoveStatusCondition(&tc.Status.Conditions, tg.ConditionStalled)
 		return
 	}
