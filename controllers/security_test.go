@@ -292,7 +292,10 @@ func TestProviderCertificateFromAnotherCAIsRefusedVisibly(t *testing.T) {
 		}
 		return notes
 	}).Should(ContainElements(
-		And(HavePrefix(tg.ReasonSubmitFailed+": "), ContainSubstring(problem)),
+		// The SubmitFailed event is emitted once, with the first attempt's cause, which on a loaded
+		// machine can be the handshake's timeout; the status above and the final event carry the
+		// certificate's verdict.
+		HavePrefix(tg.ReasonSubmitFailed+": The approval request could not be submitted yet"),
 		And(HavePrefix(tg.ReasonWaitingLimitReached+": "), ContainSubstring(problem))))
 	st := h.Provider.Stats()
 	g.Expect(st.Submits).To(BeZero(), "no call got past the TLS handshake")
