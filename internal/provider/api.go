@@ -132,18 +132,4 @@ type Request struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	DeadlineAt     time.Time       `json:"deadline_at"`
 	Decision       *Decision       `json:"decision,omitempty"`
-	// Requester is not AAP's (who asked travels in context): kept only until its last user moves off it.
-	Requester string `json:"requester,omitempty"`
-}
-
-// Problem is the former dialect's application/problem+json error body, which AAP does not have (its
-// errors are ErrorResponse): kept only until its last user moves off it.
-type Problem struct {
-	Type   string `json:"type,omitempty"`
-	Title  string `json:"title,omitempty"`
-	Status int    `json:"status,omitempty"`
-	Detail string `json:"detail,omitempty"`
-	Code   string `json:"code"`
-	// Request is the current request, for 409 already_decided.
-	Request *Request `json:"request,omitempty"`
 }
