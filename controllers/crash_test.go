@@ -179,8 +179,9 @@ func TestRequestOfAToolCallGoneAtAcceptanceIsWithdrawn(t *testing.T) {
 	}
 	h.Start()
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	// The flag is set just after the removal returns, so the test may see the ToolCall gone first.
+	g.Eventually(removed.Load).WithTimeout(20*time.Second).Should(BeTrue(), "the ToolCall was removed between its submission and the status write")
 	h.WaitGone("refund", 20*time.Second)
-	g.Expect(removed.Load()).To(BeTrue(), "the ToolCall was removed between its submission and the status write")
 	var all []provider.Request
 	g.Eventually(func(g Gomega) {
 		var err error
