@@ -117,7 +117,7 @@ func crashAt(h *th.Harness, window string) <-chan struct{} {
 			return c.Apply(ctx, obj, opts...)
 		},
 	}
-	h.Opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+	h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
 		c, err := client.NewWithWatch(cfg, o)
 		if err != nil {
 			return nil, err
@@ -143,7 +143,7 @@ func TestRequestOfAToolCallGoneAtAcceptanceIsWithdrawn(t *testing.T) {
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	var removed atomic.Bool
-	h.Opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+	h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
 		c, err := client.NewWithWatch(cfg, o)
 		if err != nil {
 			return nil, err

@@ -36,13 +36,6 @@ type Options struct {
 
 	// Namespaces limits the manager to these namespaces (all when empty).
 	Namespaces []string
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
-	// Waiter, when set, replaces the long-poll Waiter (built from Provider and PollWait).
-	Waiter DecisionWaiter
-	// NewClient, when set, builds the manager's client instead of controller-runtime's default
-	// (client.New), e.g. to wrap it with controller-runtime's interceptor.
-	NewClient client.NewClientFunc
 
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -112,14 +105,28 @@ func metricsOptions(o Options) metricsserver.Options {
 	return m
 }
 
-// NewManager builds the manager with the ToolCall controller and its waiter.
+// NewManager builds the manager: controller-runtime's, with ManagerOptions, its apiserver writes
+// counted (toolgate_apiserver_writes_total), and Toolgate's controllers added by Setup.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
-	o = o.withDefaults()
-	// Only Jobs that Toolgate created, and their Pods, are cached.
-	ours, err := labels.NewRequirement(tg.LabelToolCallUID, selection.Exists, nil)
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(countWrites)
+	mgr, err := ctrl.NewManager(cfg, ManagerOptions(o))
 	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := Setup(mgr, o); err != nil {
 		return nil, err
 	}
+	return mgr, nil
+}
+
+// ManagerOptions are controller-runtime's options for Toolgate's manager: its scheme, its cache
+// (only the Jobs Toolgate created and their Pods, without managed fields), metrics, probes and leader
+// election.
+func ManagerOptions(o Options) ctrl.Options {
+	o = o.withDefaults()
+	// Only Jobs that Toolgate created, and their Pods, are cached.
+	ours := labels.NewSelector().Add(toolCallUIDExists)
 	var namespaces map[string]cache.Config
 	if len(o.Namespaces) > 0 {
 		namespaces = map[string]cache.Config{}
@@ -127,9 +134,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			namespaces[ns] = cache.Config{}
 		}
 	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(countWrites)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	return ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
@@ -137,51 +142,60 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "toolgate.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		NewClient:               o.NewClient,
+		// The command exits as soon as the manager stops, so the Lease is released for the next
+		// replica instead of left to expire.
+		LeaderElectionReleaseOnCancel: true,
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Label: labels.NewSelector().Add(*ours)},
-			&corev1.Pod{}:  {Label: labels.NewSelector().Add(*ours), Transform: slimPod},
+			&batchv1.Job{}: {Label: ours},
+			&corev1.Pod{}:  {Label: ours, Transform: slimPod},
 		}},
-	})
+	}
+}
+
+// toolCallUIDExists selects the objects Toolgate created: they carry the ToolCall's UID.
+var toolCallUIDExists = func() labels.Requirement {
+	r, err := labels.NewRequirement(tg.LabelToolCallUID, selection.Exists, nil)
 	if err != nil {
-		return nil, fmt.Errorf("creating manager: %w", err)
+		panic(err)
 	}
-	waiter := o.Waiter
-	if waiter == nil {
-		waiter = NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter"))
-	}
+	return *r
+}()
+
+// Setup adds Toolgate's controllers to mgr (built with ManagerOptions): the ToolCall controller with
+// its long-poll Waiter, the Tool controller, and the health probes.
+func Setup(mgr ctrl.Manager, o Options) error {
+	o = o.withDefaults()
 	rules, err := newRuleCache(policy.DefaultLimits())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r := &ToolCallReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
 		Provider:                boundedCalls{client: o.Provider, timeout: o.CallTimeout},
-		Waiter:                  waiter,
+		Waiter:                  NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter")),
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		SkipNameValidation:      o.SkipNameValidation,
 	}
 	r.rules = rules
 	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the ToolCall controller: %w", err)
+		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
-	tools := &ToolReconciler{Client: mgr.GetClient(), SkipNameValidation: o.SkipNameValidation, rules: rules}
+	tools := &ToolReconciler{Client: mgr.GetClient(), rules: rules}
 	if err := tools.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the Tool controller: %w", err)
+		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
 	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-			return nil, err
+			return err
 		}
 		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return mgr, nil
+	return nil
 }

@@ -12,7 +12,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -22,8 +21,6 @@ import (
 // condition, with the compiler's message when they do not, for the generation it describes.
 type ToolReconciler struct {
 	client.Client
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
 
 	rules *ruleCache
 	// uids remembers each Tool's UID by name, so that a deleted Tool's rules can be forgotten.
@@ -81,7 +78,6 @@ func rulesCondition(tool *tg.Tool, c *ruleCache) metav1.Condition {
 func (r *ToolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.Tool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation}).
 		Named("tool").
 		Complete(r)
 }

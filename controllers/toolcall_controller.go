@@ -38,7 +38,7 @@ type ToolCallReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Provider  provider.Client
-	Waiter    DecisionWaiter
+	Waiter    *Waiter
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -46,8 +46,6 @@ type ToolCallReconciler struct {
 	CancelGiveUp time.Duration
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
-	// SkipNameValidation allows several managers in one process (tests).
-	SkipNameValidation bool
 
 	tools   toolCache
 	written writeLog
@@ -236,7 +234,6 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		WithOptions(controller.Options{
-			SkipNameValidation:      &r.SkipNameValidation,
 			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, 30*time.Second),
 		}).

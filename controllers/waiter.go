@@ -14,32 +14,6 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// Observation is what a waiter last learnt about a request: its state, or why it stopped.
-type Observation struct {
-	Request *provider.Request
-	// Err is a final error: the request is gone (404) or a response could not be trusted.
-	Err error
-}
-
-// DecisionWaiter waits, for the reconciler, for what becomes of the pending approval requests of
-// ToolCalls. The reconciler asks it to follow a request (Ensure) and reads what it learnt (Latest) when
-// Events wakes it for the ToolCall. Toolgate's is the Waiter.
-type DecisionWaiter interface {
-	// Start runs until ctx ends (the manager's Runnable).
-	Start(ctx context.Context) error
-	// Events wakes the reconciler for a ToolCall whose request has something to act on.
-	Events() <-chan event.TypedGenericEvent[*tg.ToolCall]
-	// Ensure follows the request of tc, ref, for at most left, unless it is already followed. It
-	// returns when the reconciler is to look at the ToolCall again if Events has not woken it before.
-	Ensure(tc *tg.ToolCall, ref provider.Ref, left time.Duration) (again time.Duration)
-	// Latest returns what was learnt about the request of uid, if anything worth acting on.
-	Latest(uid types.UID) (Observation, bool)
-	// Stop stops following the request of uid. Stopping an unknown uid is a no-op.
-	Stop(uid types.UID)
-}
-
-var _ DecisionWaiter = (*Waiter)(nil)
-
 // Waiter long-polls pending approval requests, one goroutine per request, so that no reconcile worker
 // ever blocks on a poll. It reports a request back to the controller (through Events, a channel
 // source) only when the request changed: a decision, a cancellation, an expiry or a final error.

@@ -136,7 +136,7 @@ func TestServeSeedProfileWorksWithTheClient(t *testing.T) {
 	bin := th.Binary(t, "./cmd/reference-provider")
 	credFile := writeCredential(t)
 	base := startServe(t, bin, "--profile", "seed", "--credential-file", credFile)
-	c, err := provider.NewHTTPClient(provider.Options{BaseURL: base, CredentialFile: credFile, MaxAttempts: 3})
+	c, err := provider.NewHTTPClient(provider.Options{BaseURL: base, CredentialFile: credFile})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx := t.Context()
 	submission := func(key string) provider.Submission {

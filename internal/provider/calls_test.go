@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -259,9 +258,15 @@ func TestRetriesStatusesTheReferenceCannotProduce(t *testing.T) {
 			t.Parallel()
 			g := newG(t)
 			srv := startCanned(t, func(n int64, w http.ResponseWriter, _ *http.Request) { tc.answers(t, n, w) })
-			c := newClient(t, srv.url, maxAttempts(tc.attempts))
+			ctx := testContext(t)
+			opts := []func(*provider.Options){}
+			if tc.attempts > 0 {
+				lim := limitAttempts(tc.attempts)
+				ctx, opts = lim.ctx(t), append(opts, lim.option)
+			}
+			c := newClient(t, srv.url, opts...)
 
-			req, err := c.Submit(testContext(t), submission("toolcall-uid-1"))
+			req, err := c.Submit(ctx, submission("toolcall-uid-1"))
 			g.Expect(srv.hits.Load()).To(Equal(tc.wantHits))
 			if tc.wantErr == nil {
 				g.Expect(err).NotTo(HaveOccurred())
@@ -365,7 +370,7 @@ func TestNotRetried(t *testing.T) {
 			g := newG(t)
 			srv, url := startProvider(t)
 			f := newFailures()
-			opts := []func(*provider.Options){maxAttempts(5), f.option}
+			opts := []func(*provider.Options){f.option}
 			if tc.credential != "" {
 				opts = append(opts, func(o *provider.Options) { o.CredentialFile = writeFile(t, "other", tc.credential) })
 			}
@@ -389,25 +394,26 @@ func TestNotRetried(t *testing.T) {
 	}
 }
 
-func TestMaxAttemptsBound(t *testing.T) {
-	for _, attempts := range []int{1, 2, 4} {
-		t.Run(fmt.Sprintf("%d attempts", attempts), func(t *testing.T) {
-			t.Parallel()
-			g := newG(t)
-			srv, url := startProvider(t)
-			g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1})).To(Succeed())
-			c := newClient(t, url, maxAttempts(attempts))
+// A call is retried until its context ends, and gives up at once, with its last failure, when the
+// next attempt would begin after the context's deadline instead of sleeping out a backoff to fail there.
+func TestRetriesEndWhenTheNextAttemptWouldMissTheDeadline(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	srv, url := startProvider(t)
+	g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1})).To(Succeed())
+	c := newClient(t, url, func(o *provider.Options) { o.BackoffBase, o.BackoffCap = time.Hour, time.Hour })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 
-			req, err := c.Submit(testContext(t), submission("toolcall-uid-1"))
-			g.Expect(req).To(BeNil())
-			pe := providerError(g, err)
-			g.Expect(pe.Code).To(Equal(provider.CodeUnavailable))
-			g.Expect(pe.StatusCode).To(Equal(http.StatusServiceUnavailable))
-			g.Expect(pe.Retryable).To(BeTrue(), "the last error is still a retryable one")
-			g.Expect(srv.Stats().Submits).To(BeEquivalentTo(attempts))
-			g.Expect(srv.Stats().Creates).To(BeZero())
-		})
-	}
+	req, err := c.Submit(ctx, submission("toolcall-uid-1"))
+	g.Expect(ctx.Err()).NotTo(HaveOccurred(), "the call returned before its deadline")
+	g.Expect(req).To(BeNil())
+	pe := providerError(g, err)
+	g.Expect(pe.Code).To(Equal(provider.CodeUnavailable))
+	g.Expect(pe.StatusCode).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(pe.Retryable).To(BeTrue(), "the last error is still a retryable one")
+	g.Expect(srv.Stats().Submits).To(BeEquivalentTo(1))
+	g.Expect(srv.Stats().Creates).To(BeZero())
 }
 
 func TestContextCancellationStopsRetries(t *testing.T) {

@@ -93,10 +93,9 @@ type Options struct {
 	CAFile string
 	// BackoffBase and BackoffCap bound the exponential backoff between attempts (defaults 500ms, 30s):
 	// the first delay is BackoffBase, each next one doubles, every one gets up to half again of jitter,
-	// and none exceeds BackoffCap. A provider's Retry-After is a floor.
+	// and none exceeds BackoffCap. A provider's Retry-After is a floor. A call is retried until its
+	// context ends, and gives up at once when the next attempt would begin after the context's deadline.
 	BackoffBase, BackoffCap time.Duration
-	// MaxAttempts bounds attempts per call; 0 retries until the context ends.
-	MaxAttempts int
 	// RequestTimeout bounds one non-polling HTTP attempt (default 30s). A long poll gets wait+10s.
 	RequestTimeout time.Duration
 	// MaxBodyBytes bounds how much of a response body is read (default 1 MiB).
@@ -105,8 +104,6 @@ type Options struct {
 	MaxConnsPerHost int
 	// OnError, when set, is told about every failed attempt (for metrics); code is one of Codes or "other".
 	OnError func(op, code string)
-	// Transport overrides the HTTP transport (tests).
-	Transport http.RoundTripper
 }
 
 // HTTPClient implements Client over AAP v1's HTTP API.
@@ -151,15 +148,11 @@ func NewHTTPClient(opts Options) (*HTTPClient, error) {
 	if err := c.reloadCredential(); err != nil {
 		return nil, err
 	}
-	rt := opts.Transport
-	if rt == nil {
-		tr, err := newTransport(opts)
-		if err != nil {
-			return nil, err
-		}
-		rt = tr
+	tr, err := newTransport(opts)
+	if err != nil {
+		return nil, err
 	}
-	c.rt = rt
+	c.rt = tr
 	return c, nil
 }
 

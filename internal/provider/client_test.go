@@ -102,8 +102,41 @@ func newClient(t *testing.T, baseURL string, opts ...func(*provider.Options)) *p
 	return c
 }
 
-func maxAttempts(n int) func(*provider.Options) {
-	return func(o *provider.Options) { o.MaxAttempts = n }
+// attemptLimit ends a call after its n-th failed attempt. The client retries a retryable failure
+// until the call's context ends, and tells OnError of every failed attempt: the limit ends the
+// context there, so the call returns that attempt's error instead of trying again.
+type attemptLimit struct {
+	n      int
+	mu     sync.Mutex
+	failed int
+	cancel context.CancelFunc
+}
+
+func limitAttempts(n int) *attemptLimit { return &attemptLimit{n: n} }
+
+// option installs the limit after any OnError already set, which it still calls (apply it last).
+func (l *attemptLimit) option(o *provider.Options) {
+	prev := o.OnError
+	o.OnError = func(op, code string) {
+		if prev != nil {
+			prev(op, code)
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.failed++; l.failed >= l.n && l.cancel != nil {
+			l.cancel()
+		}
+	}
+}
+
+// ctx is the context of the next call, which the limit ends after that call's n-th failed attempt.
+func (l *attemptLimit) ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(testContext(t))
+	t.Cleanup(cancel)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed, l.cancel = 0, cancel
+	return ctx
 }
 
 // failures records the client's OnError reports.
@@ -562,7 +595,7 @@ func TestBaseURLWithPath(t *testing.T) {
 		g.Expect(st.Cancellations).To(BeEquivalentTo(1))
 
 		// Without the prefix, the same client configuration reaches nothing.
-		bare := newClient(t, url, maxAttempts(1))
+		bare := newClient(t, url)
 		_, err = bare.Submit(ctx, submission("toolcall-uid-2"))
 		g.Expect(provider.CodeOf(err)).To(Equal(provider.CodeNotFound))
 	})

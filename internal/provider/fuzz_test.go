@@ -522,7 +522,8 @@ func serveLoopback(tb testing.TB, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
-// fuzzClient makes a single attempt per call, so a retryable answer is reported instead of repeated.
+// fuzzClient makes a single attempt per call whose deadline is less than an hour away, so a
+// retryable answer is reported instead of repeated: its first backoff would end past the deadline.
 func fuzzClient(tb testing.TB, url string) *provider.HTTPClient {
 	tb.Helper()
 	credFile := filepath.Join(tb.TempDir(), "credential")
@@ -530,7 +531,7 @@ func fuzzClient(tb testing.TB, url string) *provider.HTTPClient {
 		tb.Fatal(err)
 	}
 	c, err := provider.NewHTTPClient(provider.Options{
-		BaseURL: url, CredentialFile: credFile, MaxAttempts: 1,
+		BaseURL: url, CredentialFile: credFile, BackoffBase: time.Hour, BackoffCap: time.Hour,
 		RequestTimeout: 10 * time.Second, MaxBodyBytes: fuzzMaxBody,
 	})
 	if err != nil {

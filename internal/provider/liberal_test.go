@@ -207,7 +207,7 @@ func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 					respond(w, success, provider.ContentTypeJSON, seedRequestJSON(t, nil))
 				})
 				f := newFailures()
-				c := newClient(t, srv.url, maxAttempts(4), f.option)
+				c := newClient(t, srv.url, f.option)
 				ctx := testContext(t)
 				var req *provider.Request
 				var err error

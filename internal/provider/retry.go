@@ -13,9 +13,9 @@ import (
 )
 
 // do runs a call with retries: exponential backoff with jitter and the provider's Retry-After as a
-// floor, until the call succeeds, fails with a non-retryable error, MaxAttempts is reached or ctx
-// ends. A Retry-After that ends past ctx's deadline stops the retries at once: AAP has an adapter
-// respect it or stop waiting.
+// floor, until the call succeeds, fails with a non-retryable error or ctx ends. A delay (a backoff or
+// a Retry-After) that ends past ctx's deadline stops the retries at once: AAP has an adapter respect a
+// Retry-After or stop waiting.
 //
 // A long poll spends its whole wait inside do, attempt and the transport, on a goroutine of its own
 // for each waiting request. The frames on that path are kept small (the call travels by pointer;
@@ -46,7 +46,6 @@ func (c *HTTPClient) do(ctx context.Context, cl *call) (*Request, error) {
 
 // retryState is what do carries from one failed attempt to the next.
 type retryState struct {
-	attempt  int
 	reloaded bool
 	last     *Error
 	backoff  *wait.Backoff
@@ -69,19 +68,17 @@ func (c *HTTPClient) failed(ctx context.Context, cl *call, err error, cred strin
 			return 0, nil
 		}
 	}
-	st.attempt++
-	if !pe.Retryable || (c.opts.MaxAttempts > 0 && st.attempt >= c.opts.MaxAttempts) {
+	if !pe.Retryable {
 		return 0, pe
 	}
 	if st.backoff == nil {
 		st.backoff = &wait.Backoff{Duration: c.opts.BackoffBase, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: c.opts.BackoffCap}
 	}
-	delay := min(st.backoff.Step(), c.opts.BackoffCap)
-	if pe.RetryAfter > 0 {
-		if deadline, ok := ctx.Deadline(); ok && time.Now().Add(pe.RetryAfter).After(deadline) {
-			return 0, pe
-		}
-		delay = max(delay, pe.RetryAfter)
+	delay := max(min(st.backoff.Step(), c.opts.BackoffCap), pe.RetryAfter)
+	if deadline, ok := ctx.Deadline(); ok && time.Now().Add(delay).After(deadline) {
+		// The next attempt would begin too late: AAP has an adapter respect a Retry-After or stop
+		// waiting, and sleeping out a backoff only to fail at the deadline tells the caller nothing new.
+		return 0, pe
 	}
 	return delay, nil
 }

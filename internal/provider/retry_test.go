@@ -100,16 +100,21 @@ func TestBackoffGrowsToItsCap(t *testing.T) {
 	const base, ceiling = 20 * time.Millisecond, 160 * time.Millisecond
 	var mu sync.Mutex
 	var at []time.Time
-	srv := startCanned(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
+	// Six failures, then the request is created.
+	srv := startCanned(t, func(n int64, w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		at = append(at, time.Now())
 		mu.Unlock()
-		respond(w, http.StatusBadGateway, "text/html", []byte("<html>bad gateway</html>"))
+		if n < 7 {
+			respond(w, http.StatusBadGateway, "text/html", []byte("<html>bad gateway</html>"))
+			return
+		}
+		respond(w, http.StatusCreated, provider.ContentTypeJSON, requestJSON(t, nil))
 	})
-	c := newClient(t, srv.url, maxAttempts(7), func(o *provider.Options) { o.BackoffBase, o.BackoffCap = base, ceiling })
+	c := newClient(t, srv.url, func(o *provider.Options) { o.BackoffBase, o.BackoffCap = base, ceiling })
 
 	_, err := c.Submit(testContext(t), submission("toolcall-uid-1"))
-	g.Expect(provider.CodeOf(err)).To(Equal(provider.CodeUnavailable))
+	g.Expect(err).NotTo(HaveOccurred())
 	mu.Lock()
 	defer mu.Unlock()
 	g.Expect(at).To(HaveLen(7))

@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"net"
@@ -43,8 +44,9 @@ func TestTLS(t *testing.T) {
 		g := newG(t)
 		other := testcert.NewCA(t, "some other CA")
 		before := srv.Stats().Submits
-		c := newClient(t, url, maxAttempts(2), func(o *provider.Options) { o.CAFile = writeFile(t, "ca.pem", string(other.PEM)) })
-		req, err := c.Submit(testContext(t), submission("toolcall-uid-tls-2"))
+		lim := limitAttempts(2)
+		c := newClient(t, url, func(o *provider.Options) { o.CAFile = writeFile(t, "ca.pem", string(other.PEM)) }, lim.option)
+		req, err := c.Submit(lim.ctx(t), submission("toolcall-uid-tls-2"))
 		g.Expect(req).To(BeNil())
 		pe := providerError(g, err)
 		g.Expect(pe.Code).To(Equal(provider.CodeNetwork))
@@ -58,8 +60,9 @@ func TestTLS(t *testing.T) {
 
 	t.Run("system roots only", func(t *testing.T) {
 		g := newG(t)
-		c := newClient(t, url, maxAttempts(1))
-		_, err := c.Submit(testContext(t), submission("toolcall-uid-tls-3"))
+		lim := limitAttempts(1)
+		c := newClient(t, url, lim.option)
+		_, err := c.Submit(lim.ctx(t), submission("toolcall-uid-tls-3"))
 		g.Expect(err).To(HaveOccurred())
 		g.Expect(err.Error()).To(ContainSubstring("certificate"))
 	})
@@ -145,16 +148,18 @@ func TestCredentialNeverInErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := newG(t)
-			c := newClient(t, tc.baseURL(t), maxAttempts(2), func(o *provider.Options) {
+			lim := limitAttempts(2)
+			c := newClient(t, tc.baseURL(t), func(o *provider.Options) {
 				o.CredentialFile = writeFile(t, "credential", secret+"\n")
-			})
-			ctx := testContext(t)
-			for _, call := range []func() (*provider.Request, error){
-				func() (*provider.Request, error) { return c.Submit(ctx, submission("toolcall-uid-1")) },
-				func() (*provider.Request, error) { return c.Wait(ctx, refFor(t, requestID), 0) },
-				func() (*provider.Request, error) { return c.Cancel(ctx, refFor(t, requestID)) },
+			}, lim.option)
+			for _, call := range []func(context.Context) (*provider.Request, error){
+				func(ctx context.Context) (*provider.Request, error) {
+					return c.Submit(ctx, submission("toolcall-uid-1"))
+				},
+				func(ctx context.Context) (*provider.Request, error) { return c.Wait(ctx, refFor(t, requestID), 0) },
+				func(ctx context.Context) (*provider.Request, error) { return c.Cancel(ctx, refFor(t, requestID)) },
 			} {
-				_, err := call()
+				_, err := call(lim.ctx(t))
 				g.Expect(err).To(HaveOccurred())
 				g.Expect(err.Error()).NotTo(ContainSubstring(secret))
 				g.Expect(providerError(g, err).Detail).NotTo(ContainSubstring(secret))
@@ -201,7 +206,7 @@ func TestCredentialReloadedOnlyOnce(t *testing.T) {
 		_ = os.WriteFile(credFile, []byte("tg-credential-"+strings.Repeat("x", int(n))+"\n"), 0o600)
 		respondError(t, w, http.StatusUnauthorized, provider.CodeUnauthenticated, "unknown credential")
 	})
-	c := newClient(t, srv.url, maxAttempts(5), func(o *provider.Options) { o.CredentialFile = credFile })
+	c := newClient(t, srv.url, func(o *provider.Options) { o.CredentialFile = credFile })
 
 	_, err := c.Submit(testContext(t), submission("toolcall-uid-1"))
 	pe := providerError(g, err)

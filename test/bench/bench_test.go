@@ -9,6 +9,7 @@ package bench
 
 import (
 	"context"
+	"debug/elf"
 	"flag"
 	"fmt"
 	"io"
@@ -101,16 +102,19 @@ func TestMain(m *testing.M) {
 func modeArgs(mode string) []string {
 	args := []string{"--max-concurrent-reconciles", strconv.Itoa(*workers)}
 	if mode == "requeue" {
-		args = append(args, "--requeue-poll", "5s")
+		args = append(args, "--poll-wait", "5s") // the baseline's requeue interval (the last --poll-wait wins)
 	}
 	return args
 }
 
-// managerBinary is the manager of a mode: Toolgate's, or the requeue-polling baseline built on it
-// (test/bench/requeuepoll).
-func managerBinary(b *testing.B, mode string) string {
+// baselineOverlay builds the requeue-polling baseline: the manager with controllers/waiter.go replaced
+// by testdata/requeuepoll/waiter.go (go build -overlay), so that the product carries no second waiter.
+const baselineOverlay = "-overlay=test/bench/testdata/requeuepoll/overlay.json"
+
+// managerBinary is the manager of a mode: Toolgate's, or the requeue-polling baseline.
+func managerBinary(b testing.TB, mode string) string {
 	if mode == "requeue" {
-		return th.Binary(b, "./test/bench/requeuepoll")
+		return th.Binary(b, "./cmd", baselineOverlay)
 	}
 	return th.ManagerBinary(b)
 }
@@ -744,4 +748,21 @@ func labelsOf(m *dto.Metric) string {
 		parts = append(parts, l.GetName()+"="+l.GetValue())
 	}
 	return strings.Join(parts, ",")
+}
+
+// The baseline is built from the product's source with one file replaced: a change to what the
+// reconciler asks of its waiter must be made to the baseline too, or this fails in `make test`.
+func TestBaselineBuildsWithItsOwnWaiter(t *testing.T) {
+	g := NewWithT(t)
+	f, err := elf.Open(managerBinary(t, "requeue"))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = f.Close() }()
+	syms, err := f.Symbols()
+	g.Expect(err).NotTo(HaveOccurred())
+	names := make([]string, 0, len(syms))
+	for _, s := range syms {
+		names = append(names, s.Name)
+	}
+	g.Expect(names).To(ContainElement("toolgate.dev/toolgate/controllers.(*Waiter).Latest"))
+	g.Expect(names).NotTo(ContainElement(HavePrefix("toolgate.dev/toolgate/controllers.(*poller)")), "the long-poll waiter was replaced")
 }

@@ -400,7 +400,7 @@ func TestAdapter7_NeverExecutesTwiceWhenTheSameApprovalIsReadAgain(t *testing.T)
 		// The first manager creates the Job and then cannot write any ToolCall status, as if it died
 		// right after the create: it and the next manager each read the approval again.
 		var jobCreated atomic.Bool
-		w.Opts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		w.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, o)
 			if err != nil {
 				return nil, err

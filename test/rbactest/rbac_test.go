@@ -49,10 +49,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/test/testenv"
 )
 
@@ -1099,7 +1099,7 @@ func TestRolesOnARealAPIServer(t *testing.T) {
 	}
 
 	t.Run("the manager elects a leader with only its roles", func(t *testing.T) {
-		electLeader(t, subjects["manager"], admin, m.namespace, scheme)
+		electLeader(t, subjects["manager"], admin, m.namespace)
 	})
 }
 
@@ -1143,18 +1143,13 @@ func waitForBindings(t *testing.T, admin client.Client, subjects map[string]*sub
 
 // electLeader runs controller-runtime's leader election, as the manager's Deployment enables it, as
 // the manager's ServiceAccount: it must win, then release the Lease on shutdown.
-func electLeader(t *testing.T, manager *subject, admin client.Client, ns string, scheme *runtime.Scheme) {
+func electLeader(t *testing.T, manager *subject, admin client.Client, ns string) {
 	g := NewWithT(t)
-	const id = "toolgate.dev" // the LeaderElectionID of controllers.NewManager
-	mgr, err := ctrl.NewManager(manager.config, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                true,
-		LeaderElectionID:              id,
-		LeaderElectionNamespace:       ns,
-		LeaderElectionReleaseOnCancel: true,
+	mo := controllers.ManagerOptions(controllers.Options{
+		LeaderElection: true, LeaderElectionNamespace: ns, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 	})
+	id := mo.LeaderElectionID
+	mgr, err := ctrl.NewManager(manager.config, mo)
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -109,6 +111,9 @@ type Harness struct {
 	CredFile string
 	// Opts are the manager's options; Start uses them as they are at the time of the call.
 	Opts controllers.Options
+	// NewClient, when set, builds the next manager's client (controller-runtime's NewClient option),
+	// e.g. the default client wrapped with controller-runtime's interceptor to inject a fault or a crash.
+	NewClient client.NewClientFunc
 
 	providerOpts reference.Options
 	clientOpts   provider.Options
@@ -198,7 +203,6 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 		CallTimeout:        5 * time.Second,
 		CancelGiveUp:       30 * time.Second,
 		Namespaces:         []string{h.NS},
-		SkipNameValidation: true,
 		MetricsBindAddress: "0",
 	}
 	for _, o := range opts {
@@ -244,11 +248,15 @@ func (h *Harness) WithdrawnStatus() string {
 	return provider.StatusCancelled
 }
 
-// Start runs a new manager with h.Opts.
+// Start runs a new manager with h.Opts, built as controllers.NewManager builds it, with h.NewClient.
 func (h *Harness) Start() {
 	h.T.Helper()
-	mgr, err := controllers.NewManager(h.Env.Config, h.Opts)
+	mo := controllers.ManagerOptions(h.Opts)
+	mo.NewClient = h.NewClient
+	mo.Controller.SkipNameValidation = ptr.To(true) // several managers in one test process
+	mgr, err := ctrl.NewManager(h.Env.Config, mo)
 	h.G.Expect(err).NotTo(HaveOccurred())
+	h.G.Expect(controllers.Setup(mgr, h.Opts)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -279,7 +287,7 @@ func (h *Harness) StopManager() {
 // client (a test's crash or fault).
 func (h *Harness) Restart() {
 	h.StopManager()
-	h.Opts.NewClient = nil
+	h.NewClient = nil
 	h.Start()
 }
 

@@ -17,7 +17,7 @@ import (
 	"toolgate.dev/toolgate/test/testenv"
 )
 
-// builds are the binaries Binary built in this test process, by package.
+// builds are the binaries Binary built in this test process, by package and build flags.
 var builds = struct {
 	sync.Mutex
 	m map[string]build
@@ -28,15 +28,17 @@ type build struct {
 	err  error
 }
 
-// Binary builds the main package pkg (relative to the repository root, e.g. "./cmd/toolgate-mcp") once
-// per test process and returns the binary's path. A failed build fails every test that asks for it.
-func Binary(t testing.TB, pkg string) string {
+// Binary builds the main package pkg (relative to the repository root, e.g. "./cmd/toolgate-mcp"),
+// with go build's flags if any, once per test process and returns the binary's path. A failed build
+// fails every test that asks for it.
+func Binary(t testing.TB, pkg string, flags ...string) string {
 	t.Helper()
+	key := strings.Join(append([]string{pkg}, flags...), " ")
 	builds.Lock()
-	b, ok := builds.m[pkg]
+	b, ok := builds.m[key]
 	if !ok {
-		b.path, b.err = goBuild(pkg)
-		builds.m[pkg] = b
+		b.path, b.err = goBuild(pkg, flags)
+		builds.m[key] = b
 	}
 	builds.Unlock()
 	if b.err != nil {
@@ -45,8 +47,8 @@ func Binary(t testing.TB, pkg string) string {
 	return b.path
 }
 
-// goBuild builds pkg into a new temporary directory.
-func goBuild(pkg string) (string, error) {
+// goBuild builds pkg, with flags, into a new temporary directory.
+func goBuild(pkg string, flags []string) (string, error) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
@@ -56,7 +58,7 @@ func goBuild(pkg string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd := exec.Command("go", append(append([]string{"build", "-o", bin}, flags...), pkg)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
@@ -100,8 +102,8 @@ func (h *Harness) StartProcess(extra ...string) *Process {
 	return h.StartBinary(ManagerBinary(h.T), extra...)
 }
 
-// StartBinary is StartProcess with another binary that takes the manager's flags (one built on
-// internal/managercmd).
+// StartBinary is StartProcess with another binary that takes the manager's flags (the manager built
+// another way, as the benchmarks' baseline is).
 func (h *Harness) StartBinary(bin string, extra ...string) *Process {
 	h.T.Helper()
 	dir := h.T.TempDir()
