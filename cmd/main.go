@@ -36,9 +36,10 @@ func main() {
 	)
 	o = controllers.DefaultOptions()
 	timing := o.Timing
-	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the approvals provider, e.g. https://approvals.example.com.")
+	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the manager's own approvals provider, e.g. https://approvals.example.com: the provider of calls no ApprovalProvider or ClusterApprovalProvider applies to (empty: none).")
 	flag.StringVar(&credentialFile, "provider-credential-file", "", "File holding the provider instance credential (mounted from a Secret).")
 	flag.StringVar(&caFile, "provider-ca-file", "", "PEM file of CAs to trust for the provider instead of the system pool.")
+	flag.StringVar(&o.ClusterResourceNamespace, "cluster-resource-namespace", o.ClusterResourceNamespace, "Namespace of the Secrets and ConfigMaps that ClusterApprovalProviders name.")
 	flag.DurationVar(&o.PollWait, "poll-wait", o.PollWait, "Long-poll wait sent as ?wait= (at most 30s, AAP's cap).")
 	flag.DurationVar(&timing.ReturnMargin, "return-margin", timing.ReturnMargin, "Time kept at the end of a waiting limit to return the result.")
 	flag.DurationVar(&timing.FinalStateMargin, "final-state-margin", timing.FinalStateMargin, "Time allowed after the provider deadline to read its final state.")
@@ -66,15 +67,17 @@ func main() {
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
-	client, err := provider.NewHTTPClient(provider.Options{
-		BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,
-		OnError: controllers.CountProviderError,
-	})
-	if err != nil {
-		log.Error(err, "invalid provider configuration")
-		os.Exit(2)
+	if providerURL != "" {
+		client, err := provider.NewHTTPClient(provider.Options{
+			BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,
+			OnError: controllers.CountProviderError,
+		})
+		if err != nil {
+			log.Error(err, "invalid provider configuration")
+			os.Exit(2)
+		}
+		o.Provider = client
 	}
-	o.Provider = client
 	o.Timing = timing
 	mgr, err := controllers.NewManager(ctrl.GetConfigOrDie(), o)
 	if err != nil {

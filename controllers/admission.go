@@ -44,6 +44,10 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 		}
 		r.tools.templatePassed(tool)
 	}
+	pk, err := r.providers.resolve(ctx, tool)
+	if err != nil {
+		return nil, nil, err
+	}
 	base := tc.DeepCopy()
 	controllerutil.AddFinalizer(tc, tg.Finalizer)
 	if tc.Annotations == nil {
@@ -52,6 +56,9 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
 	lifecycle.RecordToolVersion(tc, tool)
+	if a := pk.annotation(); a != "" {
+		tc.Annotations[tg.AnnotationProvider] = a
+	}
 	if adm.verdict.Action == tg.ActionApprove {
 		tc.Annotations[tg.AnnotationApprovalRule] = adm.verdict.Rule
 	}
@@ -161,6 +168,9 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 	if mismatch := lifecycle.ToolVersionMismatch(tc, tool); mismatch != "" {
 		return nil, lifecycle.ToolChangedBeforeSubmission.Status(mismatch), nil
 	}
+	if rej := acceptedProviderOf(tc, tool); rej != nil {
+		return nil, rej, nil
+	}
 	adm, rej := r.applyRules(tc, tool)
 	if rej != nil {
 		return nil, rej, nil
@@ -174,6 +184,26 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 			tg.AnnotationApprovalRule, recorded, adm.verdict.Action, ruleSuffix(adm.verdict.Rule))), nil
 	}
 	return adm, nil, nil
+}
+
+// acceptedProviderOf checks the provider the record names against the Tool: its spec.providerRef, or,
+// without one, a default (the namespace's ApprovalProvider or the ClusterApprovalProvider named
+// default, or the manager's flags), which is all admission could have recorded.
+func acceptedProviderOf(tc *tg.ToolCall, tool *tg.Tool) *lifecycle.Status {
+	k, err := acceptedProvider(tc)
+	if err != nil {
+		return notAccepted(err.Error())
+	}
+	if ref := tool.Spec.ProviderRef; ref != nil {
+		if k.kind != ref.Kind || k.name != ref.Name {
+			return notAccepted(fmt.Sprintf("annotation %s is %q while Tool %s names %s/%s in spec.providerRef", tg.AnnotationProvider, k.annotation(), tool.Name, ref.Kind, ref.Name))
+		}
+		return nil
+	}
+	if k != flagsProvider && k.name != tg.DefaultProviderName {
+		return notAccepted(fmt.Sprintf("annotation %s is %q while Tool %s has no spec.providerRef, so only a provider named %s could have been recorded", tg.AnnotationProvider, k.annotation(), tool.Name, tg.DefaultProviderName))
+	}
+	return nil
 }
 
 // ruleSuffix names the rule that decided, if one did.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"time"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -69,7 +70,10 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	req, err := r.Provider.Submit(ctx, acc.Submission)
+	if res, waiting, err := r.awaitProvider(ctx, sc, acc.Window); waiting || err != nil {
+		return res, err
+	}
+	req, err := r.providerOf(tc).Submit(ctx, acc.Submission)
 	if err != nil {
 		return r.submitFailed(ctx, sc, acc.Window, err)
 	}
@@ -80,6 +84,28 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 	}
 	setStatus(tc, lifecycle.AwaitingHuman.Status())
 	return r.awaitDecision(ctx, sc)
+}
+
+// providerRecheck is how soon a call waiting for its provider to be Ready looks again.
+const providerRecheck = 5 * time.Second
+
+// awaitProvider keeps a call Pending while the provider it was accepted with is missing or not Ready
+// (waiting true), and ends it ApprovalUnavailable once its approval limit passed that way.
+func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (res ctrl.Result, waiting bool, err error) {
+	k, err := acceptedProvider(sc.tc)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	_, problem, err := r.providers.client(ctx, k, true)
+	if err != nil || problem == "" {
+		return ctrl.Result{}, err != nil, err
+	}
+	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
+		setStatus(sc.tc, lifecycle.ProviderUnreachable.Status(problem))
+		return ctrl.Result{}, true, nil
+	}
+	setStatus(sc.tc, lifecycle.ProviderWaiting.Status(problem))
+	return ctrl.Result{RequeueAfter: providerRecheck}, true, nil
 }
 
 // withdraw cancels, best effort, the request that an earlier submission of a rejected acceptance
@@ -179,7 +205,11 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl
 			return r.withdrawForToolChange(ctx, sc, ref, change)
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.Waiter.Ensure(tc, ref, until.Sub(now))}, nil
+	pc, err := r.providerOf(tc).raw(ctx, "wait")
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: r.Waiter.Ensure(tc, pc, ref, until.Sub(now))}, nil
 }
 
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that
@@ -210,7 +240,7 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, sc *scope, w Window, re
 // settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
 // nil when the request is cancelled.
 func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
-	req, err := r.Provider.Cancel(ctx, ref)
+	req, err := r.providerOf(sc.tc).Cancel(ctx, ref)
 	switch {
 	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
 		res, err := r.applyDecision(ctx, sc, req)
@@ -254,7 +284,7 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, sc *scope, req *
 // nothing runs. A best-effort cancel keeps a human from reviewing it.
 func (r *ToolCallReconciler) failClosed(ctx context.Context, sc *scope, cause error) (ctrl.Result, error) {
 	if ref, err := sc.ref(); err == nil && ref.ID != "" {
-		_, _ = r.Provider.Cancel(ctx, ref)
+		_, _ = r.providerOf(sc.tc).Cancel(ctx, ref)
 	}
 	if provider.CodeOf(cause) == provider.CodeNotFound {
 		setStatus(sc.tc, lifecycle.RequestLost.Status())

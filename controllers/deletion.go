@@ -66,7 +66,7 @@ func (r *ToolCallReconciler) cancelPending(ctx context.Context, sc *scope) (stri
 		return "", err
 	}
 	if ref.ID == "" {
-		req, err := r.Provider.Submit(ctx, acc.Submission)
+		req, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
 		if err != nil {
 			return "", err
 		}
@@ -75,7 +75,7 @@ func (r *ToolCallReconciler) cancelPending(ctx context.Context, sc *scope) (stri
 		}
 		ref.ID = req.ID
 	}
-	req, err := r.Provider.Cancel(ctx, ref)
+	req, err := r.providerOf(sc.tc).Cancel(ctx, ref)
 	if err != nil {
 		return "", err
 	}

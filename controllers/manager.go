@@ -26,7 +26,11 @@ import (
 
 // Options configure a Toolgate manager.
 type Options struct {
-	Provider                provider.Client
+	// Provider is the manager's own provider (its flags), which calls use when no ApprovalProvider or
+	// ClusterApprovalProvider applies; nil when none is configured.
+	Provider provider.Client
+	// ClusterResourceNamespace holds the Secrets and ConfigMaps that ClusterApprovalProviders name.
+	ClusterResourceNamespace string
 	PollWait                time.Duration
 	Clock                   clock.PassiveClock
 	Timing                  Timing
@@ -57,6 +61,7 @@ func DefaultOptions() Options {
 		CallTimeout:             15 * time.Second,
 		CancelGiveUp:            2 * time.Minute,
 		MaxConcurrentReconciles: 32,
+		ClusterResourceNamespace: "toolgate-system",
 	}
 }
 
@@ -80,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = d.MaxConcurrentReconciles
+	}
+	if o.ClusterResourceNamespace == "" {
+		o.ClusterResourceNamespace = d.ClusterResourceNamespace
 	}
 	return o
 }
@@ -170,16 +178,19 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	provs := newProviders(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
+		provider.Options{OnError: CountProviderError})
 	r := &ToolCallReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
-		Provider:                boundedCalls{client: o.Provider, timeout: o.CallTimeout},
-		Waiter:                  NewWaiter(o.Provider, o.PollWait, mgr.GetLogger().WithName("waiter")),
+		CallTimeout:             o.CallTimeout,
+		Waiter:                  NewWaiter(o.PollWait, mgr.GetLogger().WithName("waiter")),
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		providers:               provs,
 	}
 	r.rules = rules
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -188,6 +199,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	tools := &ToolReconciler{Client: mgr.GetClient(), rules: rules}
 	if err := tools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
+	}
+	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
+		pr := &ProviderReconciler{Client: mgr.GetClient(), kind: kind, providers: provs}
+		if err := pr.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the %s controller: %w", kind, err)
+		}
 	}
 	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -33,4 +34,69 @@ func (b boundedCalls) Cancel(ctx context.Context, ref provider.Ref) (*provider.R
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	return b.client.Cancel(ctx, ref)
+}
+
+// callProvider is the client of one call's accepted provider (the acceptance record's), resolved on
+// each call, every call bounded by timeout. A provider that cannot be resolved (its object is gone
+// and no client of it is left, or its record is unreadable) fails the call with a retryable
+// unavailable error, as an unreachable provider would.
+type callProvider struct {
+	providers *providers
+	tc        *tg.ToolCall
+	timeout   time.Duration
+}
+
+var _ provider.Client = callProvider{}
+
+// raw is the client itself, unbounded (the waiter's long polls carry their own waits).
+func (p callProvider) raw(ctx context.Context, op string) (provider.Client, error) {
+	k, err := acceptedProvider(p.tc)
+	if err != nil {
+		return nil, &provider.Error{Op: op, Code: provider.CodeInvalidRequest, Detail: err.Error()}
+	}
+	c, problem, err := p.providers.client(ctx, k, false)
+	if err != nil {
+		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Err: err}
+	}
+	if problem != "" {
+		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: problem}
+	}
+	return c, nil
+}
+
+func (p callProvider) bounded(ctx context.Context, op string) (provider.Client, error) {
+	c, err := p.raw(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return boundedCalls{client: c, timeout: p.timeout}, nil
+}
+
+func (p callProvider) Submit(ctx context.Context, s provider.Submission) (*provider.Request, error) {
+	c, err := p.bounded(ctx, "submit")
+	if err != nil {
+		return nil, err
+	}
+	return c.Submit(ctx, s)
+}
+
+func (p callProvider) Wait(ctx context.Context, ref provider.Ref, wait time.Duration) (*provider.Request, error) {
+	c, err := p.bounded(ctx, "wait")
+	if err != nil {
+		return nil, err
+	}
+	return c.Wait(ctx, ref, wait)
+}
+
+func (p callProvider) Cancel(ctx context.Context, ref provider.Ref) (*provider.Request, error) {
+	c, err := p.bounded(ctx, "cancel")
+	if err != nil {
+		return nil, err
+	}
+	return c.Cancel(ctx, ref)
+}
+
+// providerOf is the client of the call's accepted provider.
+func (r *ToolCallReconciler) providerOf(tc *tg.ToolCall) callProvider {
+	return callProvider{providers: r.providers, tc: tc, timeout: r.CallTimeout}
 }

@@ -28,7 +28,6 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
-	"toolgate.dev/toolgate/internal/provider"
 )
 
 // ToolCallReconciler drives a ToolCall through approval to its Job.
@@ -37,7 +36,9 @@ type ToolCallReconciler struct {
 	// APIReader reads around the cache where a stale read could run a tool twice or mislabel it.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Provider  provider.Client
+	// CallTimeout bounds each provider call a reconcile makes.
+	CallTimeout time.Duration
+	providers   *providers
 	Waiter    *Waiter
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock

@@ -18,7 +18,6 @@ import (
 // ever blocks on a poll. It reports a request back to the controller (through Events, a channel
 // source) only when the request changed: a decision, a cancellation, an expiry or a final error.
 type Waiter struct {
-	client provider.Client
 	wait   time.Duration
 	log    logr.Logger
 	events chan event.TypedGenericEvent[*tg.ToolCall]
@@ -35,14 +34,14 @@ type Waiter struct {
 
 type watch struct {
 	cancel context.CancelFunc
+	client provider.Client
 	ref    provider.Ref
 	latest *Observation
 }
 
 // NewWaiter returns a Waiter polling with the given long-poll wait.
-func NewWaiter(client provider.Client, wait time.Duration, log logr.Logger) *Waiter {
+func NewWaiter(wait time.Duration, log logr.Logger) *Waiter {
 	return &Waiter{
-		client:     client,
 		wait:       wait,
 		log:        log,
 		events:     make(chan event.TypedGenericEvent[*tg.ToolCall], 1024),
@@ -74,9 +73,10 @@ func (w *Waiter) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ensure starts polling the request of tc unless it is already being polled. Polling stops at until,
-// when the reconciler is to look again (Events wakes it for whatever happens before).
-func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, until time.Duration) time.Duration {
+// Ensure starts polling the request of tc at its provider, client, unless it is already being polled
+// there. Polling stops at until, when the reconciler is to look again (Events wakes it for whatever
+// happens before).
+func (w *Waiter) Ensure(tc *tg.ToolCall, client provider.Client, ref provider.Ref, until time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -84,13 +84,13 @@ func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, until time.Duration) 
 		// (the next manager follows the request from the ToolCall's status).
 		return until
 	}
-	if wt, ok := w.watches[tc.UID]; ok && wt.ref == ref {
+	if wt, ok := w.watches[tc.UID]; ok && wt.ref == ref && wt.client == client {
 		return until
 	} else if ok {
 		wt.cancel()
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, until)
-	wt := &watch{cancel: cancel, ref: ref}
+	wt := &watch{cancel: cancel, client: client, ref: ref}
 	w.watches[tc.UID] = wt
 	pendingWaiters.Set(float64(len(w.watches)))
 	// The goroutine must not touch tc: the reconciler goes on writing into it.
@@ -154,7 +154,7 @@ func (p *poller) poll() bool {
 		return false
 	}
 	start := time.Now()
-	req, err := w.client.Wait(ctx, p.wt.ref, w.wait)
+	req, err := p.wt.client.Wait(ctx, p.wt.ref, w.wait)
 	if ctx.Err() != nil {
 		// Stopped, or our limit reached: the reconciler acts on the limit with its own clock.
 		return false

@@ -39,12 +39,12 @@ func TestWaiterPacesAProviderThatIgnoresWait(t *testing.T) {
 	client, err := provider.NewHTTPClient(provider.Options{BaseURL: "http://" + ln.Addr().String(), CredentialFile: credFile})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	w := controllers.NewWaiter(client, 30*time.Second, logr.Discard())
+	w := controllers.NewWaiter(30*time.Second, logr.Discard())
 	ref, err := provider.Submission{Tool: "issue_refund", Arguments: []byte(th.RefundArgs)}.Ref()
 	g.Expect(err).NotTo(HaveOccurred())
 	ref.ID = "req-1"
 	tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Name: "refund", Namespace: "default", UID: "uid-1"}}
-	w.Ensure(tc, ref, time.Minute)
+	w.Ensure(tc, client, ref, time.Minute)
 	t.Cleanup(func() { w.Stop(tc.UID) })
 
 	g.Eventually(gets.Load).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 2))

@@ -47,11 +47,11 @@ func TestStoppedWaiterFollowsNoNewRequest(t *testing.T) {
 		return &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Name: "refund", Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d", i))}}
 	}
 
-	w := controllers.NewWaiter(client, 30*time.Second, logr.Discard())
+	w := controllers.NewWaiter(30*time.Second, logr.Discard())
 	ctx, stop := context.WithCancel(context.Background())
 	started := make(chan error, 1)
 	go func() { started <- w.Start(ctx) }()
-	w.Ensure(call(0), ref, time.Minute)
+	w.Ensure(call(0), client, ref, time.Minute)
 	g.Eventually(polls.Load).WithTimeout(5 * time.Second).Should(BeEquivalentTo(1))
 
 	// Reconciles keep asking while the waiter stops.
@@ -63,7 +63,7 @@ func TestStoppedWaiterFollowsNoNewRequest(t *testing.T) {
 			case <-quit:
 				return
 			default:
-				w.Ensure(call(i), ref, time.Minute)
+				w.Ensure(call(i), client, ref, time.Minute)
 			}
 		}
 	}()
@@ -74,7 +74,7 @@ func TestStoppedWaiterFollowsNoNewRequest(t *testing.T) {
 
 	before := polls.Load()
 	late := call(-1)
-	g.Expect(w.Ensure(late, ref, time.Minute)).To(Equal(time.Minute))
+	g.Expect(w.Ensure(late, client, ref, time.Minute)).To(Equal(time.Minute))
 	g.Consistently(polls.Load, time.Second).Should(Equal(before), "a stopped waiter polls nothing")
 	_, observed := w.Latest(late.UID)
 	g.Expect(observed).To(BeFalse())

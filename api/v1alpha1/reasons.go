@@ -24,12 +24,34 @@ const (
 	AnnotationToolUID = "toolgate.dev/tool-uid"
 	// AnnotationToolGeneration is the Tool's metadata.generation at acceptance.
 	AnnotationToolGeneration = "toolgate.dev/tool-generation"
+	// AnnotationProvider is the approvals provider the call was accepted with, "ApprovalProvider/name",
+	// "ClusterApprovalProvider/name", or "" for the manager's own provider flags. Every later step
+	// (submit, wait, cancel) uses it. Absent on a call accepted before providers were resources: the flags.
+	AnnotationProvider = "toolgate.dev/provider"
 	// AnnotationToolName is the Tool's metadata.name at acceptance, sent in the request's context.
 	AnnotationToolName = "toolgate.dev/tool-name"
 	// AnnotationApprovalRule names the Approve rule that decided the call at acceptance. Its presence
 	// records that no request was ever submitted for the call, so none is recovered or withdrawn after
 	// a crash, even once the Tool (and with it the rule) has changed.
 	AnnotationApprovalRule = "toolgate.dev/approval-rule"
+)
+
+// Reasons of an ApprovalProvider's or ClusterApprovalProvider's Ready condition.
+const (
+	// ReasonProviderReady: an authenticated read at the provider succeeded.
+	ReasonProviderReady = "Reachable"
+	// ReasonCredentialUnavailable: the credential Secret or its key is missing or empty.
+	ReasonCredentialUnavailable = "CredentialUnavailable"
+	// ReasonCABundleInvalid: the CA bundle (inline, or its Secret or ConfigMap key) is missing or holds
+	// no PEM certificate.
+	ReasonCABundleInvalid = "CABundleInvalid"
+	// ReasonCredentialRejected: the provider does not know the credential (401).
+	ReasonCredentialRejected = "CredentialRejected"
+	// ReasonCredentialForbidden: the provider knows the credential but it may not make approval
+	// requests (403), as a provisioner token used as an instance credential.
+	ReasonCredentialForbidden = "CredentialForbidden"
+	// ReasonProviderUnreachable: the provider could not be reached, or answered with an error.
+	ReasonProviderUnreachable = "Unreachable"
 )
 
 // Condition types on a ToolCall.
@@ -61,6 +83,10 @@ const (
 	// ReasonSubmitFailed: the approval request could not be submitted yet; retried until the waiting
 	// limit.
 	ReasonSubmitFailed = "SubmitFailed"
+	// ReasonProviderNotReady: the call's approvals provider (an ApprovalProvider or
+	// ClusterApprovalProvider) is missing or not Ready; the message names it and what is wrong. The
+	// call is submitted once it is fixed, within the waiting limit.
+	ReasonProviderNotReady = "ProviderNotReady"
 	// ReasonPolicyApproved: an Approve rule of the Tool's spec.approval matched; no human was asked.
 	// Pending while the Job is created; also the Approved condition's reason and an event's.
 	ReasonPolicyApproved = "PolicyApproved"

@@ -47,6 +47,13 @@ type ToolSpec struct {
 	// +optional
 	Approval *ApprovalPolicy `json:"approval,omitempty"`
 
+	// providerRef is the approvals provider this Tool's calls ask: an ApprovalProvider in this namespace
+	// or a ClusterApprovalProvider. Without it, the namespace's ApprovalProvider named "default", else
+	// the ClusterApprovalProvider named "default", else the manager's own provider flags. A call keeps
+	// the provider it was accepted with, whatever later happens to the Tool.
+	// +optional
+	ProviderRef *ProviderRef `json:"providerRef,omitempty"`
+
 	// mcpAnnotations are the MCP tool annotations the MCP gateway advertises for this tool. They are
 	// hints for clients and agents; they never change whether a call needs approval.
 	// +optional

@@ -89,8 +89,14 @@ type Options struct {
 	BaseURL string
 	// CredentialFile holds the instance credential (bearer token). Re-read when the provider answers 401.
 	CredentialFile string
+	// Credential, when set, reads the instance credential instead of CredentialFile (an
+	// ApprovalProvider's Secret). It is read when the client is built and again when the provider
+	// answers 401.
+	Credential func() (string, error)
 	// CAFile is a PEM bundle of CAs to trust instead of the system pool (optional).
 	CAFile string
+	// CABundle is that PEM bundle itself, instead of CAFile.
+	CABundle []byte
 	// BackoffBase and BackoffCap bound the exponential backoff between attempts (defaults 500ms, 30s):
 	// the first delay is BackoffBase, each next one doubles, every one gets up to half again of jitter,
 	// and none exceeds BackoffCap. A provider's Retry-After is a floor. A call is retried until its

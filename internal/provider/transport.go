@@ -10,40 +10,60 @@ import (
 	"time"
 )
 
-// newTransport is the HTTP transport of a client without Options.Transport: many idle connections
-// kept per host (each pending long poll holds one), and the CA bundle of Options.CAFile if set.
+// newTransport is a client's HTTP transport: many idle connections kept per host (each pending long
+// poll holds one), and the CA bundle of Options.CABundle or Options.CAFile if set.
 func newTransport(opts Options) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 0
 	tr.MaxIdleConnsPerHost = 1024
 	tr.MaxConnsPerHost = opts.MaxConnsPerHost
 	tr.IdleConnTimeout = 90 * time.Second
-	if opts.CAFile != "" {
-		pem, err := os.ReadFile(opts.CAFile)
+	pem, from := opts.CABundle, "the provider's CA bundle"
+	if len(pem) == 0 && opts.CAFile != "" {
+		b, err := os.ReadFile(opts.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("reading provider CA file %s: %w", opts.CAFile, err)
 		}
+		pem, from = b, "provider CA file "+opts.CAFile
+	}
+	if len(pem) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("provider CA file %s holds no PEM certificate", opts.CAFile)
+			return nil, fmt.Errorf("%s holds no PEM certificate", from)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return tr, nil
 }
 
-// reloadCredential reads the instance credential from its file.
+// ReloadCredential reads the instance credential again, as the client does itself when the provider
+// answers 401: a rotated Secret or file is used from the next call on.
+func (c *HTTPClient) ReloadCredential() error { return c.reloadCredential() }
+
+// reloadCredential reads the instance credential from its source (Options.Credential) or file.
 func (c *HTTPClient) reloadCredential() error {
-	if c.opts.CredentialFile == "" {
+	var cred string
+	switch {
+	case c.opts.Credential != nil:
+		got, err := c.opts.Credential()
+		if err != nil {
+			return err
+		}
+		cred = strings.TrimSpace(got)
+		if cred == "" {
+			return fmt.Errorf("the provider credential is empty")
+		}
+	case c.opts.CredentialFile == "":
 		return fmt.Errorf("a provider credential file is required (--provider-credential-file)")
-	}
-	b, err := os.ReadFile(c.opts.CredentialFile)
-	if err != nil {
-		return fmt.Errorf("reading provider credential file %s: %w", c.opts.CredentialFile, err)
-	}
-	cred := strings.TrimSpace(string(b))
-	if cred == "" {
-		return fmt.Errorf("provider credential file %s is empty", c.opts.CredentialFile)
+	default:
+		b, err := os.ReadFile(c.opts.CredentialFile)
+		if err != nil {
+			return fmt.Errorf("reading provider credential file %s: %w", c.opts.CredentialFile, err)
+		}
+		cred = strings.TrimSpace(string(b))
+		if cred == "" {
+			return fmt.Errorf("provider credential file %s is empty", c.opts.CredentialFile)
+		}
 	}
 	c.credMu.Lock()
 	c.cred = cred

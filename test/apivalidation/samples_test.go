@@ -20,7 +20,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
 	// The Tool first: a ToolCall names it.
-	for _, file := range []string{"v1alpha1_tool.yaml", "v1alpha1_toolcall.yaml"} {
+	for _, file := range []string{"v1alpha1_tool.yaml", "v1alpha1_toolcall.yaml", "v1alpha1_approvalprovider.yaml"} {
 		data, err := os.ReadFile(filepath.Join(root, "config", "samples", file))
 		g.Expect(err).NotTo(HaveOccurred())
 		obj := &unstructured.Unstructured{}

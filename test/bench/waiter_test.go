@@ -54,14 +54,14 @@ func BenchmarkWaiter(b *testing.B) {
 	ref.ID = "request-1"
 
 	for range b.N {
-		w := controllers.NewWaiter(client, wait, logr.Discard())
+		w := controllers.NewWaiter(wait, logr.Discard())
 		before := memStats()
 		g0 := runtime.NumGoroutine()
 		start := answered()
 		for i := range n {
 			tc := &tg.ToolCall{}
 			tc.Namespace, tc.Name, tc.UID = "bench", fmt.Sprintf("call-%d", i), types.UID(fmt.Sprintf("uid-%d", i))
-			w.Ensure(tc, ref, time.Hour)
+			w.Ensure(tc, client, ref, time.Hour)
 		}
 		g.Eventually(answered).WithTimeout(time.Minute).WithPolling(50*time.Millisecond).
 			Should(BeNumerically(">=", start+3*n), "every request answered twice or more")

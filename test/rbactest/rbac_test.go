@@ -68,26 +68,53 @@ var allowedPermissions = map[string]map[string]string{
 		"watch toolcalls.toolgate.dev": "caches ToolCalls (the reconcile source)",
 		"patch toolcalls.toolgate.dev": "adds and removes the finalizer and the acceptance annotations",
 		// The controller only patches; update grants nothing that patch does not.
-		"update toolcalls.toolgate.dev":            "granted by the marker alongside patch",
-		"get toolcalls.toolgate.dev/status":        "granted by the marker; the status arrives with the object",
-		"patch toolcalls.toolgate.dev/status":      "writes the outcome",
-		"update toolcalls.toolgate.dev/status":     "granted by the marker alongside patch",
-		"update toolcalls.toolgate.dev/finalizers": "its Jobs block their ToolCall's deletion (blockOwnerDeletion), which OwnerReferencesPermissionEnforcement checks",
-		"get tools.toolgate.dev":                   "granted by the marker alongside list",
-		"list tools.toolgate.dev":                  "finds the Tool a ToolCall names",
-		"watch tools.toolgate.dev":                 "caches Tools",
-		"get tools.toolgate.dev/status":            "granted by the marker; the status arrives with the object",
-		"patch tools.toolgate.dev/status":          "reports whether the Tool's approval rules compile",
-		"update tools.toolgate.dev/status":         "granted by the marker alongside patch",
-		"create jobs.batch":                        "runs an approved call (and dry-runs its Job before asking a human)",
-		"get jobs.batch":                           "reads its Job around the cache before creating one",
-		"list jobs.batch":                          "caches the Jobs it owns",
-		"watch jobs.batch":                         "caches the Jobs it owns",
-		"get pods":                                 "granted by the marker alongside list",
-		"list pods":                                "reads a finished Job's Pods for the termination message",
-		"watch pods":                               "follows its Jobs' Pods (label-selected cache) to report a container that cannot get its image",
-		"create events.events.k8s.io":              "records ToolCall transitions as Events",
-		"patch events.events.k8s.io":               "records repeated Events",
+		"update toolcalls.toolgate.dev":                       "granted by the marker alongside patch",
+		"get toolcalls.toolgate.dev/status":                   "granted by the marker; the status arrives with the object",
+		"patch toolcalls.toolgate.dev/status":                 "writes the outcome",
+		"update toolcalls.toolgate.dev/status":                "granted by the marker alongside patch",
+		"update toolcalls.toolgate.dev/finalizers":            "its Jobs block their ToolCall's deletion (blockOwnerDeletion), which OwnerReferencesPermissionEnforcement checks",
+		"get tools.toolgate.dev":                              "granted by the marker alongside list",
+		"list tools.toolgate.dev":                             "finds the Tool a ToolCall names",
+		"watch tools.toolgate.dev":                            "caches Tools",
+		"get tools.toolgate.dev/status":                       "granted by the marker; the status arrives with the object",
+		"patch tools.toolgate.dev/status":                     "reports whether the Tool's approval rules compile",
+		"update tools.toolgate.dev/status":                    "granted by the marker alongside patch",
+		"create jobs.batch":                                   "runs an approved call (and dry-runs its Job before asking a human)",
+		"get jobs.batch":                                      "reads its Job around the cache before creating one",
+		"list jobs.batch":                                     "caches the Jobs it owns",
+		"watch jobs.batch":                                    "caches the Jobs it owns",
+		"get pods":                                            "granted by the marker alongside list",
+		"list pods":                                           "reads a finished Job's Pods for the termination message",
+		"watch pods":                                          "follows its Jobs' Pods (label-selected cache) to report a container that cannot get its image",
+		"get approvalproviders.toolgate.dev":                  "reads the provider a call uses",
+		"list approvalproviders.toolgate.dev":                 "caches ApprovalProviders",
+		"watch approvalproviders.toolgate.dev":                "caches ApprovalProviders",
+		"get clusterapprovalproviders.toolgate.dev":           "reads the provider a call uses",
+		"list clusterapprovalproviders.toolgate.dev":          "caches ClusterApprovalProviders",
+		"watch clusterapprovalproviders.toolgate.dev":         "caches ClusterApprovalProviders",
+		"get approvalproviders.toolgate.dev/status":           "granted by the marker; the status arrives with the object",
+		"patch approvalproviders.toolgate.dev/status":         "granted by the marker alongside update",
+		"update approvalproviders.toolgate.dev/status":        "reports whether the provider is Ready",
+		"get clusterapprovalproviders.toolgate.dev/status":    "granted by the marker; the status arrives with the object",
+		"patch clusterapprovalproviders.toolgate.dev/status":  "granted by the marker alongside update",
+		"update clusterapprovalproviders.toolgate.dev/status": "reports whether the provider is Ready",
+		// get only: Secrets are read live when a provider's client is built, probed or refused with
+		// a 401, never listed, watched or cached.
+		"get secrets":                 "reads the credential a provider object names",
+		"get configmaps":              "reads the CA bundle a provider object names",
+		"create events.events.k8s.io": "records ToolCall transitions as Events",
+		"patch events.events.k8s.io":  "records repeated Events",
+	},
+	"provider-admin": {
+		"create approvalproviders.toolgate.dev":           "manages the namespace's ApprovalProviders",
+		"delete approvalproviders.toolgate.dev":           "manages the namespace's ApprovalProviders",
+		"deletecollection approvalproviders.toolgate.dev": "manages the namespace's ApprovalProviders",
+		"get approvalproviders.toolgate.dev":              "manages the namespace's ApprovalProviders",
+		"list approvalproviders.toolgate.dev":             "manages the namespace's ApprovalProviders",
+		"patch approvalproviders.toolgate.dev":            "manages the namespace's ApprovalProviders",
+		"update approvalproviders.toolgate.dev":           "manages the namespace's ApprovalProviders",
+		"watch approvalproviders.toolgate.dev":            "manages the namespace's ApprovalProviders",
+		"get approvalproviders.toolgate.dev/status":       "reads whether a provider is Ready",
 	},
 	"leader-election-role": {
 		"get leases.coordination.k8s.io":    "leader election",
@@ -789,6 +816,35 @@ func listPods(ns string) func(*fixture, client.WithWatch) error {
 	}
 }
 
+// providerSpec is a valid provider spec; the objects are never probed here (no manager runs).
+func providerSpec() tg.ApprovalProviderSpec {
+	return tg.ApprovalProviderSpec{URL: "https://approvals.example.com", CredentialSecretRef: tg.SecretKeyRef{Name: "approvals-credential"}}
+}
+
+func createProvider(ns string) func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		return c.Create(f.ctx, &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "provider-"}, Spec: providerSpec()})
+	}
+}
+
+func listProviders(ns string) func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		return c.List(f.ctx, &tg.ApprovalProviderList{}, client.InNamespace(ns))
+	}
+}
+
+func createClusterProvider() func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		return c.Create(f.ctx, &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{GenerateName: "provider-"}, Spec: providerSpec()})
+	}
+}
+
+func listClusterProviders() func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		return c.List(f.ctx, &tg.ClusterApprovalProviderList{})
+	}
+}
+
 func getSecret(ns string) func(*fixture, client.WithWatch) error {
 	return func(f *fixture, c client.WithWatch) error {
 		return c.Get(f.ctx, client.ObjectKeyFromObject(f.secret(ns)), &corev1.Secret{})
@@ -961,6 +1017,15 @@ func accessTable(system string) []access {
 		deny("tool-admin", "get", core, "secrets", tenant, getSecret(tenant)),
 		deny("tool-admin", "create", toolgate, "tools", other, createTool(other)),
 
+		// The provider admin: the namespace's ApprovalProviders only.
+		allow("provider-admin", "create", toolgate, "approvalproviders", tenant, createProvider(tenant)),
+		allow("provider-admin", "list", toolgate, "approvalproviders", tenant, listProviders(tenant)),
+		deny("provider-admin", "create", toolgate, "approvalproviders", other, createProvider(other)),
+		deny("provider-admin", "create", toolgate, "clusterapprovalproviders", "", createClusterProvider()),
+		deny("provider-admin", "create", toolgate, "tools", tenant, createTool(tenant)),
+		deny("provider-admin", "get", core, "secrets", tenant, getSecret(tenant)),
+		deny("tool-admin", "create", toolgate, "approvalproviders", tenant, createProvider(tenant)),
+
 		// The manager, bound cluster-wide: what the controller does, in any namespace, and no more.
 		allow("manager", "get", toolgate, "toolcalls", other, getToolCall(other)),
 		allow("manager", "list", toolgate, "toolcalls", other, listToolCalls(other)),
@@ -989,8 +1054,13 @@ func accessTable(system string) []access {
 		deny("manager", "delete", batch, "jobs", other, deleteJob(other)),
 		deny("manager", "patch", batch, "jobs", other, patchJob(other)),
 		deny("manager", "create", core, "pods", other, createPod(other)),
-		deny("manager", "get", core, "secrets", other, getSecret(other)),
+		// Secrets: the credentials provider objects name, read one by one, never listed.
+		allow("manager", "get", core, "secrets", other, getSecret(other)),
 		deny("manager", "list", core, "secrets", other, listSecrets(other)),
+		allow("manager", "list", toolgate, "approvalproviders", other, listProviders(other)),
+		allow("manager", "list", toolgate, "clusterapprovalproviders", "", listClusterProviders()),
+		deny("manager", "create", toolgate, "approvalproviders", other, createProvider(other)),
+		deny("manager", "create", toolgate, "clusterapprovalproviders", "", createClusterProvider()),
 		deny("manager", "create", rbacv1.GroupName, "rolebindings", other, createRoleBinding(other)),
 		// Leader election: a Lease and core Events in its own namespace only.
 		allow("manager", "create", coordination, "leases", system, createLease(system)),
@@ -1059,13 +1129,15 @@ func TestRolesOnARealAPIServer(t *testing.T) {
 	bind("call-issue-refund", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: tenant, Name: "agent"})
 	bind("toolcall-viewer", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "viewer"})
 	bind("tool-admin", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tool-admin"})
+	bind("provider-admin", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "provider-admin"})
 
 	subjects := map[string]*subject{
-		"agent":      {user: agentUser, groups: agentGroups},
-		"stranger":   {user: strangerUser, groups: strangerGroups},
-		"viewer":     {user: "viewer", groups: []string{"system:authenticated"}},
-		"tool-admin": {user: "tool-admin", groups: []string{"system:authenticated"}},
-		"manager":    {user: managerUser, groups: managerGroups},
+		"agent":          {user: agentUser, groups: agentGroups},
+		"stranger":       {user: strangerUser, groups: strangerGroups},
+		"viewer":         {user: "viewer", groups: []string{"system:authenticated"}},
+		"tool-admin":     {user: "tool-admin", groups: []string{"system:authenticated"}},
+		"provider-admin": {user: "provider-admin", groups: []string{"system:authenticated"}},
+		"manager":        {user: managerUser, groups: managerGroups},
 	}
 	for _, s := range subjects {
 		u, err := env.AddUser(envtest.User{Name: s.user, Groups: s.groups}, nil)

@@ -39,6 +39,8 @@ const (
 	SubmitRetrying Outcome = iota
 	// PolicyApproved: an Approve rule approved the call; the Job is created next (the rule, the Tool).
 	PolicyApproved
+	// ProviderWaiting: the call's approvals provider is missing or not Ready (what is wrong).
+	ProviderWaiting
 
 	// AwaitingHuman: the provider holds the pending request.
 	AwaitingHuman
@@ -147,8 +149,9 @@ const (
 )
 
 var table = [outcomes]Row{
-	SubmitRetrying: {tg.PhasePending, tg.ReasonSubmitFailed, "The approval request could not be submitted yet (%s); retrying until the waiting limit.", ""},
-	PolicyApproved: {tg.PhasePending, tg.ReasonPolicyApproved, "Rule %s of Tool %s approved the call (spec.approval); no human was asked. Starting the Job.", ""},
+	SubmitRetrying:  {tg.PhasePending, tg.ReasonSubmitFailed, "The approval request could not be submitted yet (%s); retrying until the waiting limit.", ""},
+	ProviderWaiting: {tg.PhasePending, tg.ReasonProviderNotReady, "The approval request cannot be submitted yet: %s. It is submitted once that is fixed, within the waiting limit.", ""},
+	PolicyApproved:  {tg.PhasePending, tg.ReasonPolicyApproved, "Rule %s of Tool %s approved the call (spec.approval); no human was asked. Starting the Job.", ""},
 
 	AwaitingHuman: {tg.PhaseAwaitingApproval, tg.ReasonAwaitingApproval, "Waiting for a human to approve or deny the call.", ""},
 

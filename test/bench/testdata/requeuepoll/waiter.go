@@ -24,17 +24,22 @@ const readTimeout = 15 * time.Second
 
 // Waiter is the baseline's: it remembers each pending request, and reads it when asked.
 type Waiter struct {
-	client   provider.Client
 	interval time.Duration
 	never    chan event.TypedGenericEvent[*tg.ToolCall]
 
 	mu   sync.Mutex
-	refs map[types.UID]provider.Ref
+	refs map[types.UID]followed
+}
+
+// followed is a pending request and the client of its provider.
+type followed struct {
+	client provider.Client
+	ref    provider.Ref
 }
 
 // NewWaiter returns the baseline's Waiter, which has ToolCalls reconciled again every interval.
-func NewWaiter(client provider.Client, interval time.Duration, _ logr.Logger) *Waiter {
-	return &Waiter{client: client, interval: interval, refs: map[types.UID]provider.Ref{},
+func NewWaiter(interval time.Duration, _ logr.Logger) *Waiter {
+	return &Waiter{interval: interval, refs: map[types.UID]followed{},
 		never: make(chan event.TypedGenericEvent[*tg.ToolCall])}
 }
 
@@ -47,10 +52,10 @@ func (w *Waiter) Start(ctx context.Context) error {
 // Events never fires: the baseline learns of a decision only when it reads the request.
 func (w *Waiter) Events() <-chan event.TypedGenericEvent[*tg.ToolCall] { return w.never }
 
-// Ensure remembers the request of tc and has the ToolCall reconciled again after the interval.
-func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, left time.Duration) time.Duration {
+// Ensure remembers the request of tc and its provider, and has the ToolCall reconciled again after the interval.
+func (w *Waiter) Ensure(tc *tg.ToolCall, client provider.Client, ref provider.Ref, left time.Duration) time.Duration {
 	w.mu.Lock()
-	w.refs[tc.UID] = ref
+	w.refs[tc.UID] = followed{client: client, ref: ref}
 	w.mu.Unlock()
 	return min(w.interval, left)
 }
@@ -60,14 +65,14 @@ func (w *Waiter) Ensure(tc *tg.ToolCall, ref provider.Ref, left time.Duration) t
 // not be trusted).
 func (w *Waiter) Latest(uid types.UID) (Observation, bool) {
 	w.mu.Lock()
-	ref, ok := w.refs[uid]
+	f, ok := w.refs[uid]
 	w.mu.Unlock()
 	if !ok {
 		return Observation{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	req, err := w.client.Wait(ctx, ref, 0)
+	req, err := f.client.Wait(ctx, f.ref, 0)
 	switch {
 	case err == nil && provider.IsTerminal(req.Status):
 		return Observation{Request: req}, true

@@ -1,0 +1,182 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Kinds of approvals provider a Tool may name in spec.providerRef.
+const (
+	KindApprovalProvider        = "ApprovalProvider"
+	KindClusterApprovalProvider = "ClusterApprovalProvider"
+)
+
+// DefaultProviderName is the name of the provider a Tool without spec.providerRef uses: the
+// namespace's ApprovalProvider of that name, else the ClusterApprovalProvider of that name, else the
+// manager's own provider flags.
+const DefaultProviderName = "default"
+
+// ApprovalProviderSpec is where an AAP v1 approvals provider is and how the manager authenticates to it.
+// +kubebuilder:validation:XValidation:rule="self.url.startsWith('https://') || (self.url.startsWith('http://') && has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true, for a development provider"
+// +kubebuilder:validation:XValidation:rule="!(has(self.caBundle) && has(self.caBundleRef))",message="set at most one of spec.caBundle or spec.caBundleRef"
+type ApprovalProviderSpec struct {
+	// url is the provider's AAP v1 base URL, which may carry a path, such as
+	// https://approvals.example.com/api/aap. It must be https:// unless allowInsecureHTTP is true.
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@]+(/[^?#]*)?$')",message="spec.url must be an absolute http(s) URL without user information, query or fragment, such as https://approvals.example.com/api/aap"
+	// +required
+	URL string `json:"url"`
+
+	// allowInsecureHTTP accepts an http:// url. Requests, arguments and the credential then cross the
+	// network in the clear: only for a development provider inside the cluster.
+	// +optional
+	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
+
+	// caBundle is a PEM bundle of the CAs to trust for the provider instead of the system pool.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+
+	// caBundleRef is a Secret or ConfigMap key holding that PEM bundle instead of caBundle. It is read
+	// in the provider's namespace (for a ClusterApprovalProvider, the manager's cluster resource
+	// namespace).
+	// +optional
+	CABundleRef *CABundleRef `json:"caBundleRef,omitempty"`
+
+	// credentialSecretRef is the key of a Secret holding the instance credential: the bearer token the
+	// provider issued for the AAP instance this provider object stands for. A rotated Secret takes
+	// effect without a restart.
+	// +required
+	CredentialSecretRef SecretKeyRef `json:"credentialSecretRef"`
+}
+
+// SecretKeyRef names a key of a Secret in the provider's namespace (for a ClusterApprovalProvider, the
+// manager's cluster resource namespace).
+type SecretKeyRef struct {
+	// name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// key is the key in the Secret's data.
+	// +kubebuilder:default=token
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// CABundleRef names the key of a Secret or ConfigMap that holds a PEM CA bundle.
+type CABundleRef struct {
+	// kind is Secret or ConfigMap.
+	// +kubebuilder:validation:Enum=Secret;ConfigMap
+	// +required
+	Kind string `json:"kind"`
+	// name is the object's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// key is the key in its data.
+	// +kubebuilder:default=ca.crt
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ApprovalProviderStatus is what the manager last found out about the provider.
+type ApprovalProviderStatus struct {
+	// observedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready is True when an authenticated read at the provider succeeded with this
+	// generation's settings; its reason and message say what is wrong otherwise.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ApprovalProvider is an AAP v1 approvals provider for the Tools of its namespace.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=aprov,categories=toolgate
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ApprovalProvider struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ApprovalProviderSpec `json:"spec"`
+	// +optional
+	Status ApprovalProviderStatus `json:"status,omitempty"`
+}
+
+// ApprovalProviderList is a list of ApprovalProviders.
+// +kubebuilder:object:root=true
+type ApprovalProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ApprovalProvider `json:"items"`
+}
+
+// ClusterApprovalProvider is an AAP v1 approvals provider any namespace's Tools may use. The Secrets
+// and ConfigMaps it names are read in the manager's cluster resource namespace.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=caprov,categories=toolgate
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterApprovalProvider struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ApprovalProviderSpec `json:"spec"`
+	// +optional
+	Status ApprovalProviderStatus `json:"status,omitempty"`
+}
+
+// ClusterApprovalProviderList is a list of ClusterApprovalProviders.
+// +kubebuilder:object:root=true
+type ClusterApprovalProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterApprovalProvider `json:"items"`
+}
+
+// ProviderRef names the approvals provider a Tool's calls use.
+type ProviderRef struct {
+	// kind is ApprovalProvider (in the Tool's namespace) or ClusterApprovalProvider.
+	// +kubebuilder:validation:Enum=ApprovalProvider;ClusterApprovalProvider
+	// +required
+	Kind string `json:"kind"`
+	// name is the provider object's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
+// GenericProvider is an ApprovalProvider or a ClusterApprovalProvider.
+// +kubebuilder:object:generate=false
+type GenericProvider interface {
+	client.Object
+	GetSpec() *ApprovalProviderSpec
+	GetStatus() *ApprovalProviderStatus
+}
+
+func (p *ApprovalProvider) GetSpec() *ApprovalProviderSpec            { return &p.Spec }
+func (p *ApprovalProvider) GetStatus() *ApprovalProviderStatus        { return &p.Status }
+func (p *ClusterApprovalProvider) GetSpec() *ApprovalProviderSpec     { return &p.Spec }
+func (p *ClusterApprovalProvider) GetStatus() *ApprovalProviderStatus { return &p.Status }
+
+func init() {
+	SchemeBuilder.Register(&ApprovalProvider{}, &ApprovalProviderList{}, &ClusterApprovalProvider{}, &ClusterApprovalProviderList{})
+}

@@ -1,0 +1,105 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders;clusterapprovalproviders,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders/status;clusterapprovalproviders/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
+
+// ProviderReconciler checks the ApprovalProviders (or the ClusterApprovalProviders, by kind): it
+// builds each one's client from the object and its Secret, reads the credential again (a rotated
+// Secret takes effect here, or at the provider's first 401), and probes the provider with an
+// authenticated read of a request that cannot exist, which a provider that accepts the credential
+// answers 404. The Ready condition says what it found, for the object's generation.
+type ProviderReconciler struct {
+	client.Client
+	kind      string
+	providers *providers
+}
+
+const (
+	// probeTimeout bounds one probe, its retries included.
+	probeTimeout = 10 * time.Second
+	// reprobeReady and reprobeNotReady are how soon a provider is probed again.
+	reprobeReady    = 5 * time.Minute
+	reprobeNotReady = 10 * time.Second
+)
+
+func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := newProviderObject(r.kind)
+	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	k := providerKey{kind: r.kind, namespace: obj.GetNamespace(), name: obj.GetName()}
+	orig := obj.GetStatus().DeepCopy()
+	status, reason, message := r.check(ctx, k, obj)
+	st := obj.GetStatus()
+	st.ObservedGeneration = obj.GetGeneration()
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: tg.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration(),
+	})
+	if !equality.Semantic.DeepEqual(orig, st) {
+		if err := r.Status().Update(ctx, obj); err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing the status of %s: %w", k, err)
+		}
+	}
+	if status == metav1.ConditionTrue {
+		return ctrl.Result{RequeueAfter: reprobeReady}, nil
+	}
+	return ctrl.Result{RequeueAfter: reprobeNotReady}, nil
+}
+
+// check builds the provider's client and probes it. Messages name what to fix and never quote the
+// credential or anything that changes from one probe to the next.
+func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.GenericProvider) (metav1.ConditionStatus, string, string) {
+	hc, reason, err := r.providers.ensure(ctx, k, obj)
+	if err != nil {
+		return metav1.ConditionFalse, reason, err.Error()
+	}
+	if err := hc.ReloadCredential(); err != nil {
+		return metav1.ConditionFalse, tg.ReasonCredentialUnavailable, err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err = hc.Wait(ctx, provider.Ref{ID: uuid.NewString()}, 0)
+	ref := obj.GetSpec().CredentialSecretRef
+	switch code := provider.CodeOf(err); code {
+	case provider.CodeNotFound:
+		return metav1.ConditionTrue, tg.ReasonProviderReady, "An authenticated read at the provider succeeded."
+	case provider.CodeUnauthenticated:
+		return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
+			"The provider refused the credential (401): put this instance's credential in Secret %s, key %q.", ref.Name, keyOr(ref.Key, "token"))
+	case provider.CodeForbidden:
+		return metav1.ConditionFalse, tg.ReasonCredentialForbidden, fmt.Sprintf(
+			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", ref.Name)
+	default:
+		cause := "provider error " + code
+		if cert := certificateProblem(err); cert != "" {
+			cause = "the provider's TLS certificate could not be verified: " + cert + "; check spec.url, and that spec.caBundle or spec.caBundleRef holds the CA that signed it"
+		}
+		return metav1.ConditionFalse, tg.ReasonProviderUnreachable, fmt.Sprintf("The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
+	}
+}
+
+func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(newProviderObject(r.kind), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named(map[string]string{tg.KindApprovalProvider: "approvalprovider", tg.KindClusterApprovalProvider: "clusterapprovalprovider"}[r.kind]).
+		Complete(r)
+}

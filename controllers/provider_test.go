@@ -1,0 +1,192 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+const (
+	teamCredential  = "tg-team-instance-credential"
+	teamProvisioner = "tg-team-provisioner-token"
+)
+
+// startTeamProvider runs a second reference provider on loopback, apart from the harness's (which
+// the manager's flags name), and returns it with its URL.
+func startTeamProvider(h *th.Harness) (*reference.Server, string) {
+	h.T.Helper()
+	srv, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner})
+	h.G.Expect(err).NotTo(HaveOccurred())
+	url, err := srv.Start("127.0.0.1:0")
+	h.G.Expect(err).NotTo(HaveOccurred())
+	h.T.Cleanup(func() { _ = srv.Close() })
+	return srv, url
+}
+
+// credentialSecret writes Secret name in the harness namespace with token under key "token".
+func credentialSecret(h *th.Harness, name, token string) {
+	h.T.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS}, StringData: map[string]string{"token": token}}
+	cur := &corev1.Secret{}
+	if err := h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, cur); err == nil {
+		cur.Data = map[string][]byte{"token": []byte(token)}
+		h.G.Expect(h.K8s.Update(context.Background(), cur)).To(Succeed())
+		return
+	}
+	h.G.Expect(h.K8s.Create(context.Background(), s)).To(Succeed())
+}
+
+// approvalProvider creates an ApprovalProvider for the plain-HTTP provider at url.
+func approvalProvider(h *th.Harness, name, url, secret string) *tg.ApprovalProvider {
+	h.T.Helper()
+	ap := &tg.ApprovalProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
+		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true,
+			CredentialSecretRef: tg.SecretKeyRef{Name: secret, Key: "token"}},
+	}
+	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
+	return ap
+}
+
+// providerReady waits until the ApprovalProvider's Ready condition has status and reason, for its
+// generation, and returns it.
+func providerReady(h *th.Harness, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	h.T.Helper()
+	var cond metav1.Condition
+	h.G.Eventually(func(g Gomega) {
+		ap := &tg.ApprovalProvider{}
+		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, ap)).To(Succeed())
+		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
+		g.Expect(ap.Status.ObservedGeneration).To(Equal(ap.Generation))
+		g.Expect(c.Status).To(Equal(status), c.Message)
+		g.Expect(c.Reason).To(Equal(reason), c.Message)
+		cond = *c
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	return cond
+}
+
+func withProviderRef(kind, name string) func(*tg.Tool) {
+	return func(t *tg.Tool) { t.Spec.ProviderRef = &tg.ProviderRef{Kind: kind, Name: name} }
+}
+
+// A Tool's spec.providerRef sends its calls to that ApprovalProvider, not to the manager's own
+// provider: the call is accepted with it, submitted, decided and run there.
+func TestCallGoesToTheProviderItsToolNames(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "team-credential", teamCredential)
+	approvalProvider(h, "team", url, "team-credential")
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Expect(waiting.Annotations).To(HaveKeyWithValue(tg.AnnotationProvider, "ApprovalProvider/team"))
+	req, err := team.Get(waiting.Status.RequestID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(req.Tool).To(Equal("issue_refund"))
+	g.Expect(h.Provider.List("")).To(BeEmpty(), "nothing reached the manager's own provider")
+
+	exp := time.Now().Add(5 * time.Minute)
+	_, err = team.Decide(req.ID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	h.FinishJob(running.Status.JobName, true, "refunded")
+	h.WaitPhase("refund", tg.PhaseSucceeded)
+	g.Expect(team.Stats().Creates).To(BeEquivalentTo(1))
+}
+
+// Without spec.providerRef, the namespace's ApprovalProvider named default is used before the
+// manager's own provider.
+func TestNamespaceDefaultProviderComesBeforeTheManagersOwn(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "team-credential", teamCredential)
+	approvalProvider(h, tg.DefaultProviderName, url, "team-credential")
+	providerReady(h, tg.DefaultProviderName, metav1.ConditionTrue, tg.ReasonProviderReady)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Expect(waiting.Annotations).To(HaveKeyWithValue(tg.AnnotationProvider, "ApprovalProvider/default"))
+	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
+	g.Expect(h.Provider.List("")).To(BeEmpty())
+}
+
+// A call whose provider is missing, or not Ready, stays Pending with a reason and a message that
+// name the provider and what is wrong, and is submitted once that is fixed. A provisioner token
+// given as the credential (403) and an unknown credential (401) are told apart on the provider.
+func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+
+	waitingFor := func(want string) {
+		g.Eventually(func(g Gomega) {
+			tc := h.Get("refund")
+			g.Expect(tc.Status.Phase).To(Equal(tg.PhasePending))
+			g.Expect(tc.Status.Reason).To(Equal(tg.ReasonProviderNotReady))
+			g.Expect(tc.Status.Message).To(ContainSubstring(want))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	}
+	waitingFor("ApprovalProvider " + h.NS + "/team does not exist")
+
+	approvalProvider(h, "team", url, "team-credential")
+	missing := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	g.Expect(missing.Message).To(ContainSubstring("team-credential"))
+	waitingFor("is not Ready (CredentialUnavailable")
+
+	credentialSecret(h, "team-credential", teamProvisioner)
+	forbidden := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
+	g.Expect(forbidden.Message).To(ContainSubstring("provisioner token"))
+	g.Expect(forbidden.Message).NotTo(ContainSubstring(teamProvisioner), "never the credential itself")
+
+	credentialSecret(h, "team-credential", "tg-nobody-knows-this")
+	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
+	waitingFor("is not Ready (CredentialRejected")
+	g.Expect(team.List("")).To(BeEmpty(), "nothing was submitted while the provider was not Ready")
+
+	credentialSecret(h, "team-credential", teamCredential)
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
+}
+
+// Deleting a call cancels its request at the provider it was accepted with.
+func TestDeletedCallIsCancelledAtItsOwnProvider(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "team-credential", teamCredential)
+	approvalProvider(h, "team", url, "team-credential")
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+
+	g.Expect(h.K8s.Delete(context.Background(), h.Get("refund"))).To(Succeed())
+	h.WaitGone("refund", 20*time.Second)
+	all, err := team.List("")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(all).To(HaveLen(1))
+	g.Expect(all[0].Status).To(Equal(provider.StatusCancelled))
+	g.Expect(h.Provider.List("")).To(BeEmpty())
+}

@@ -1,0 +1,264 @@
+package controllers
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// providerKey names the approvals provider of a call: an ApprovalProvider (with its namespace), a
+// ClusterApprovalProvider, or, with no kind, the manager's own provider flags.
+type providerKey struct {
+	kind, namespace, name string
+}
+
+// flagsProvider is the manager's own provider (--provider-url).
+var flagsProvider = providerKey{}
+
+// String names the provider in messages.
+func (k providerKey) String() string {
+	switch k.kind {
+	case "":
+		return "the manager's provider (--provider-url)"
+	case tg.KindApprovalProvider:
+		return fmt.Sprintf("ApprovalProvider %s/%s", k.namespace, k.name)
+	}
+	return k.kind + " " + k.name
+}
+
+// annotation is the key as the acceptance record holds it (tg.AnnotationProvider).
+func (k providerKey) annotation() string {
+	if k.kind == "" {
+		return ""
+	}
+	return k.kind + "/" + k.name
+}
+
+// acceptedProvider reads the provider the acceptance record fixed. A record without it was written
+// before providers were resources: the manager's flags.
+func acceptedProvider(tc *tg.ToolCall) (providerKey, error) {
+	v := tc.Annotations[tg.AnnotationProvider]
+	if v == "" {
+		return flagsProvider, nil
+	}
+	kind, name, ok := strings.Cut(v, "/")
+	switch {
+	case !ok || name == "":
+	case kind == tg.KindApprovalProvider:
+		return providerKey{kind: kind, namespace: tc.Namespace, name: name}, nil
+	case kind == tg.KindClusterApprovalProvider:
+		return providerKey{kind: kind, name: name}, nil
+	}
+	return flagsProvider, fmt.Errorf("annotation %s is %q, not ApprovalProvider/<name> or ClusterApprovalProvider/<name>", tg.AnnotationProvider, v)
+}
+
+// providers are the approvals providers calls use: the manager's own (flags) and one client, with its
+// connection pool, per ApprovalProvider and ClusterApprovalProvider, built from the object and its
+// Secret when first needed and again when the object changes.
+type providers struct {
+	// cache reads provider objects; live reads Secrets and ConfigMaps, which are never cached.
+	cache, live client.Reader
+	// flags is the manager's own provider, nil without --provider-url.
+	flags provider.Client
+	// clusterNamespace holds the Secrets and ConfigMaps ClusterApprovalProviders name.
+	clusterNamespace string
+	// base is what every client built here starts from (timeouts, backoff, error metrics).
+	base provider.Options
+
+	mu      sync.Mutex
+	clients map[providerKey]*providerClient
+}
+
+// providerClient is the client of one provider object, as built from one generation of it.
+type providerClient struct {
+	uid        types.UID
+	generation int64
+	client     *provider.HTTPClient
+}
+
+func newProviders(cache, live client.Reader, flags provider.Client, clusterNamespace string, base provider.Options) *providers {
+	return &providers{cache: cache, live: live, flags: flags, clusterNamespace: clusterNamespace, base: base,
+		clients: map[providerKey]*providerClient{}}
+}
+
+// resolve picks the provider a new call of tool is accepted with: the Tool's spec.providerRef, else
+// the namespace's ApprovalProvider named default, else the ClusterApprovalProvider named default,
+// else the manager's flags.
+func (p *providers) resolve(ctx context.Context, tool *tg.Tool) (providerKey, error) {
+	if ref := tool.Spec.ProviderRef; ref != nil {
+		if ref.Kind == tg.KindApprovalProvider {
+			return providerKey{kind: ref.Kind, namespace: tool.Namespace, name: ref.Name}, nil
+		}
+		return providerKey{kind: ref.Kind, name: ref.Name}, nil
+	}
+	candidates := []providerKey{
+		{kind: tg.KindApprovalProvider, namespace: tool.Namespace, name: tg.DefaultProviderName},
+		{kind: tg.KindClusterApprovalProvider, name: tg.DefaultProviderName},
+	}
+	for _, k := range candidates {
+		err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, newProviderObject(k.kind))
+		switch {
+		case err == nil:
+			return k, nil
+		case !apierrors.IsNotFound(err):
+			return flagsProvider, fmt.Errorf("reading %s: %w", k, err)
+		}
+	}
+	return flagsProvider, nil
+}
+
+func newProviderObject(kind string) tg.GenericProvider {
+	if kind == tg.KindClusterApprovalProvider {
+		return &tg.ClusterApprovalProvider{}
+	}
+	return &tg.ApprovalProvider{}
+}
+
+// client returns the client of provider k. With ready, the provider must be Ready for its current
+// generation (a new submission); without, any client that can still reach it will do (a wait or a
+// cancel of a request already submitted, even if the object was since deleted). problem, when not
+// empty, says why there is none: the provider is missing or not Ready.
+func (p *providers) client(ctx context.Context, k providerKey, ready bool) (c provider.Client, problem string, err error) {
+	if k == flagsProvider {
+		if p.flags == nil {
+			return nil, "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url", nil
+		}
+		return p.flags, "", nil
+	}
+	obj := newProviderObject(k.kind)
+	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, "", fmt.Errorf("reading %s: %w", k, err)
+		}
+		if !ready {
+			p.mu.Lock()
+			known := p.clients[k]
+			p.mu.Unlock()
+			if known != nil {
+				return known.client, "", nil
+			}
+		}
+		return nil, k.String() + " does not exist", nil
+	}
+	if ready {
+		cond := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
+		switch {
+		case cond == nil || cond.ObservedGeneration != obj.GetGeneration():
+			return nil, k.String() + " has not been checked yet", nil
+		case cond.Status != metav1.ConditionTrue:
+			return nil, fmt.Sprintf("%s is not Ready (%s: %s)", k, cond.Reason, cond.Message), nil
+		}
+	}
+	hc, _, err := p.ensure(ctx, k, obj)
+	if err != nil {
+		return nil, fmt.Sprintf("%s cannot be used: %v", k, err), nil
+	}
+	return hc, "", nil
+}
+
+// ensure returns the client of provider object obj, building it when obj is new or changed. reason
+// is the Ready reason of an error: the object's settings, or what they name, cannot make a client.
+func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, error) {
+	p.mu.Lock()
+	known := p.clients[k]
+	p.mu.Unlock()
+	if known != nil && known.uid == obj.GetUID() && known.generation == obj.GetGeneration() {
+		return known.client, "", nil
+	}
+	spec := obj.GetSpec()
+	ns := k.namespace
+	if k.kind == tg.KindClusterApprovalProvider {
+		ns = p.clusterNamespace
+	}
+	opts := p.base
+	opts.BaseURL, opts.CredentialFile = spec.URL, ""
+	opts.CABundle = spec.CABundle
+	if ref := spec.CABundleRef; ref != nil {
+		pem, err := p.caBundle(ctx, ns, ref)
+		if err != nil {
+			return nil, tg.ReasonCABundleInvalid, err
+		}
+		opts.CABundle = pem
+	}
+	secret := types.NamespacedName{Namespace: ns, Name: spec.CredentialSecretRef.Name}
+	key := keyOr(spec.CredentialSecretRef.Key, "token")
+	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), secret, key) }
+	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
+		return nil, tg.ReasonCABundleInvalid, fmt.Errorf("the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
+	}
+	hc, err := provider.NewHTTPClient(opts)
+	if err != nil {
+		return nil, tg.ReasonCredentialUnavailable, err
+	}
+	p.mu.Lock()
+	p.clients[k] = &providerClient{uid: obj.GetUID(), generation: obj.GetGeneration(), client: hc}
+	p.mu.Unlock()
+	return hc, "", nil
+}
+
+// forget drops the client of a provider whose object is gone, once nothing waits on it.
+func (p *providers) forget(k providerKey) {
+	p.mu.Lock()
+	delete(p.clients, k)
+	p.mu.Unlock()
+}
+
+func keyOr(key, def string) string {
+	if key == "" {
+		return def
+	}
+	return key
+}
+
+// secretValue reads one key of a Secret, live: Secrets are not cached, so that the manager holds
+// none of them in memory and needs only get on them.
+func (p *providers) secretValue(ctx context.Context, name types.NamespacedName, key string) (string, error) {
+	s := &corev1.Secret{}
+	if err := p.live.Get(ctx, name, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("Secret %s does not exist: create it with the credential under key %q", name, key)
+		}
+		return "", fmt.Errorf("reading Secret %s: %w", name, err)
+	}
+	v := strings.TrimSpace(string(s.Data[key]))
+	if v == "" {
+		return "", fmt.Errorf("Secret %s has no key %q, or it is empty: put the credential there", name, key)
+	}
+	return v, nil
+}
+
+// caBundle reads the PEM bundle a caBundleRef names.
+func (p *providers) caBundle(ctx context.Context, ns string, ref *tg.CABundleRef) ([]byte, error) {
+	key := keyOr(ref.Key, "ca.crt")
+	name := types.NamespacedName{Namespace: ns, Name: ref.Name}
+	if ref.Kind == "ConfigMap" {
+		cm := &corev1.ConfigMap{}
+		if err := p.live.Get(ctx, name, cm); err != nil {
+			return nil, fmt.Errorf("reading the CA bundle's ConfigMap %s: %w", name, err)
+		}
+		if v := cm.Data[key]; v != "" {
+			return []byte(v), nil
+		}
+		return nil, fmt.Errorf("ConfigMap %s has no key %q holding the CA bundle", name, key)
+	}
+	s := &corev1.Secret{}
+	if err := p.live.Get(ctx, name, s); err != nil {
+		return nil, fmt.Errorf("reading the CA bundle's Secret %s: %w", name, err)
+	}
+	if v := s.Data[key]; len(v) > 0 {
+		return v, nil
+	}
+	return nil, fmt.Errorf("Secret %s has no key %q holding the CA bundle", name, key)
+}
