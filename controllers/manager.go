@@ -31,12 +31,12 @@ type Options struct {
 	Provider provider.Client
 	// ClusterResourceNamespace holds the Secrets and ConfigMaps that ClusterApprovalProviders name.
 	ClusterResourceNamespace string
-	PollWait                time.Duration
-	Clock                   clock.PassiveClock
-	Timing                  Timing
-	CallTimeout             time.Duration
-	CancelGiveUp            time.Duration
-	MaxConcurrentReconciles int
+	PollWait                 time.Duration
+	Clock                    clock.PassiveClock
+	Timing                   Timing
+	CallTimeout              time.Duration
+	CancelGiveUp             time.Duration
+	MaxConcurrentReconciles  int
 
 	// Namespaces limits the manager to these namespaces (all when empty).
 	Namespaces []string
@@ -55,12 +55,12 @@ type Options struct {
 // from them, and NewManager fills every option left zero from them.
 func DefaultOptions() Options {
 	return Options{
-		PollWait:                provider.DefaultLongPollWait,
-		Clock:                   clock.RealClock{},
-		Timing:                  DefaultTiming(),
-		CallTimeout:             15 * time.Second,
-		CancelGiveUp:            2 * time.Minute,
-		MaxConcurrentReconciles: 32,
+		PollWait:                 provider.DefaultLongPollWait,
+		Clock:                    clock.RealClock{},
+		Timing:                   DefaultTiming(),
+		CallTimeout:              15 * time.Second,
+		CancelGiveUp:             2 * time.Minute,
+		MaxConcurrentReconciles:  32,
 		ClusterResourceNamespace: "toolgate-system",
 	}
 }

@@ -18,9 +18,10 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders;clusterapprovalproviders,verbs=get;list;watch
-// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders/status;clusterapprovalproviders/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
+// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders;clusterapprovalproviders,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders/status;clusterapprovalproviders/status,verbs=get;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
 // ProviderReconciler checks the ApprovalProviders (or the ClusterApprovalProviders, by kind): it
 // builds each one's client from the object and its Secret, reads the credential again (a rotated
@@ -41,14 +42,26 @@ const (
 	reprobeNotReady = 10 * time.Second
 )
 
+// Reconcile: get; a deleted object with an instance of its own deletes the instance, then lets the
+// object go; otherwise provision the instance (spec.provisioning) unless it exists, then build the
+// client and probe the provider, and write the status once if it changed.
 func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := newProviderObject(r.kind)
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	k := providerKey{kind: r.kind, namespace: obj.GetNamespace(), name: obj.GetName()}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, r.retire(ctx, k, obj)
+	}
 	orig := obj.GetStatus().DeepCopy()
-	status, reason, message := r.check(ctx, k, obj)
+	status, reason, message := metav1.ConditionFalse, "", ""
+	if obj.GetSpec().Provisioning != nil {
+		reason, message = r.provision(ctx, k, obj)
+	}
+	if reason == "" {
+		status, reason, message = r.check(ctx, k, obj)
+	}
 	st := obj.GetStatus()
 	st.ObservedGeneration = obj.GetGeneration()
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -78,16 +91,21 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	_, err = hc.Wait(ctx, provider.Ref{ID: uuid.NewString()}, 0)
-	ref := obj.GetSpec().CredentialSecretRef
+	secret, key := r.providers.credentialOf(k, obj)
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeNotFound:
 		return metav1.ConditionTrue, tg.ReasonProviderReady, "An authenticated read at the provider succeeded."
 	case provider.CodeUnauthenticated:
+		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialExpiresAt != nil {
+			return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
+				"The provider refused the credential it issued for instance %s (401); it expires at %s. AAP has no renewal: delete this object (its pending requests are cancelled) and create it again.",
+				inst.ID, inst.CredentialExpiresAt.UTC().Format(time.RFC3339))
+		}
 		return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
-			"The provider refused the credential (401): put this instance's credential in Secret %s, key %q.", ref.Name, keyOr(ref.Key, "token"))
+			"The provider refused the credential (401): put this instance's credential in Secret %s, key %q.", secret.Name, key)
 	case provider.CodeForbidden:
 		return metav1.ConditionFalse, tg.ReasonCredentialForbidden, fmt.Sprintf(
-			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", ref.Name)
+			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", secret.Name)
 	default:
 		cause := "provider error " + code
 		if cert := certificateProblem(err); cert != "" {
@@ -99,7 +117,8 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 
 func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(newProviderObject(r.kind), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A new generation, or the deletion (which sets the deletion timestamp, not the generation).
+		For(newProviderObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting{}))).
 		Named(map[string]string{tg.KindApprovalProvider: "approvalprovider", tg.KindClusterApprovalProvider: "clusterapprovalprovider"}[r.kind]).
 		Complete(r)
 }

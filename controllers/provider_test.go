@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,7 +55,7 @@ func approvalProvider(h *th.Harness, name, url, secret string) *tg.ApprovalProvi
 	ap := &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
 		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true,
-			CredentialSecretRef: tg.SecretKeyRef{Name: secret, Key: "token"}},
+			CredentialSecretRef: &tg.SecretKeyRef{Name: secret, Key: "token"}},
 	}
 	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
 	return ap
@@ -188,5 +189,106 @@ func TestDeletedCallIsCancelledAtItsOwnProvider(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(all).To(HaveLen(1))
 	g.Expect(all[0].Status).To(Equal(provider.StatusCancelled))
+	g.Expect(h.Provider.List("")).To(BeEmpty())
+}
+
+// provisionedProvider creates an ApprovalProvider that provisions its own instance at url with the
+// token in Secret secret.
+func provisionedProvider(h *th.Harness, name, url, secret string) *tg.ApprovalProvider {
+	h.T.Helper()
+	ap := &tg.ApprovalProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
+		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true, Provisioning: &tg.Provisioning{
+			ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: secret, Key: "token"}, InstanceName: "payments agents",
+		}},
+	}
+	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
+	return ap
+}
+
+// With spec.provisioning the manager creates an AAP instance of its own, keeps its credential in a
+// Secret the provider object owns, and sends the calls of its Tools there; deleting the object
+// deletes the instance, which cancels its pending requests, and the waiting call ends Cancelled.
+func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "team-provisioner", teamProvisioner)
+	provisionedProvider(h, "team", url, "team-provisioner")
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+
+	ap := &tg.ApprovalProvider{}
+	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "team"}, ap)).To(Succeed())
+	g.Expect(ap.Finalizers).To(ContainElement(tg.FinalizerInstance))
+	inst := ap.Status.Instance
+	g.Expect(inst).NotTo(BeNil())
+	g.Expect(inst.ID).NotTo(BeEmpty())
+	g.Expect(inst.Name).To(Equal("payments agents"))
+	g.Expect(inst.CredentialSecretName).To(Equal("team-aap-credential"))
+	owned := &corev1.Secret{}
+	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: inst.CredentialSecretName}, owned)).To(Succeed())
+	g.Expect(owned.OwnerReferences).To(ContainElement(HaveField("UID", ap.UID)))
+	g.Expect(owned.Data).To(HaveKey("token"))
+
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	keys, err := team.KeysOf(inst.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(keys).To(HaveKey(string(tc.UID)), "the request belongs to the provisioned instance")
+
+	g.Expect(h.K8s.Delete(context.Background(), ap)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		pending, err := team.List(provider.StatusPending)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pending).To(BeEmpty())
+	}).WithTimeout(30 * time.Second).Should(Succeed(), "deleting the instance cancels its pending requests")
+	cancelled := h.WaitPhase("refund", tg.PhaseCancelled)
+	g.Expect(cancelled.Status.Reason).To(Equal(tg.ReasonProviderCancelled))
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "team"}, &tg.ApprovalProvider{}))
+	}).WithTimeout(30 * time.Second).Should(BeTrue(), "the finalizer is removed once the instance is deleted")
+}
+
+// An instance credential given as the provisioner token is told apart (403) from an unknown token
+// (401) on the provider's Ready condition.
+func TestProvisioningWithTheWrongTokenIsReported(t *testing.T) {
+	h := th.New(t, env)
+	_, url := startTeamProvider(h)
+	credentialSecret(h, "team-provisioner", teamCredential)
+	provisionedProvider(h, "team", url, "team-provisioner")
+	forbidden := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
+	h.G.Expect(forbidden.Message).To(ContainSubstring("an instance credential is not a provisioner token"))
+
+	credentialSecret(h, "team-provisioner", "tg-nobody-knows-this")
+	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
+}
+
+// A ClusterApprovalProvider serves the Tools that name it, with its Secrets read in the manager's
+// cluster resource namespace.
+func TestClusterProviderServesTheToolsThatNameIt(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "shared-credential", teamCredential) // h.NS is the cluster resource namespace
+	name := "shared-" + h.NS
+	shared := &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tg.ApprovalProviderSpec{
+		URL: url, AllowInsecureHTTP: true, CredentialSecretRef: &tg.SecretKeyRef{Name: "shared-credential"},
+	}}
+	g.Expect(h.K8s.Create(context.Background(), shared)).To(Succeed())
+	t.Cleanup(func() { _ = h.K8s.Delete(context.Background(), shared) })
+	g.Eventually(func(g Gomega) {
+		got := &tg.ClusterApprovalProvider{}
+		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Name: name}, got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, tg.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(tg.ReasonProviderReady), c.Message)
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindClusterApprovalProvider, name))
+
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Expect(waiting.Annotations).To(HaveKeyWithValue(tg.AnnotationProvider, "ClusterApprovalProvider/"+name))
+	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
 	g.Expect(h.Provider.List("")).To(BeEmpty())
 }

@@ -178,10 +178,7 @@ func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericPro
 		return known.client, "", nil
 	}
 	spec := obj.GetSpec()
-	ns := k.namespace
-	if k.kind == tg.KindClusterApprovalProvider {
-		ns = p.clusterNamespace
-	}
+	ns := p.namespaceOf(k)
 	opts := p.base
 	opts.BaseURL, opts.CredentialFile = spec.URL, ""
 	opts.CABundle = spec.CABundle
@@ -192,8 +189,7 @@ func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericPro
 		}
 		opts.CABundle = pem
 	}
-	secret := types.NamespacedName{Namespace: ns, Name: spec.CredentialSecretRef.Name}
-	key := keyOr(spec.CredentialSecretRef.Key, "token")
+	secret, key := p.credentialOf(k, obj)
 	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), secret, key) }
 	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
 		return nil, tg.ReasonCABundleInvalid, fmt.Errorf("the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
@@ -207,6 +203,31 @@ func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericPro
 	p.mu.Unlock()
 	return hc, "", nil
 }
+
+// namespaceOf is where the Secrets and ConfigMaps of provider k are.
+func (p *providers) namespaceOf(k providerKey) string {
+	if k.kind == tg.KindClusterApprovalProvider {
+		return p.clusterNamespace
+	}
+	return k.namespace
+}
+
+// credentialOf is the Secret and key that hold the instance credential of provider object obj: the
+// one spec.credentialSecretRef names, or, with spec.provisioning, the Secret the manager owns.
+func (p *providers) credentialOf(k providerKey, obj tg.GenericProvider) (types.NamespacedName, string) {
+	spec := obj.GetSpec()
+	if spec.Provisioning != nil || spec.CredentialSecretRef == nil {
+		return types.NamespacedName{Namespace: p.namespaceOf(k), Name: provisionedSecretName(obj)}, provisionedKey
+	}
+	return types.NamespacedName{Namespace: p.namespaceOf(k), Name: spec.CredentialSecretRef.Name}, keyOr(spec.CredentialSecretRef.Key, "token")
+}
+
+// provisionedKey is the key of the credential in a Secret the manager owns.
+const provisionedKey = "token"
+
+// provisionedSecretName is the Secret that holds the credential of the instance the manager created
+// for obj.
+func provisionedSecretName(obj tg.GenericProvider) string { return obj.GetName() + "-aap-credential" }
 
 // forget drops the client of a provider whose object is gone, once nothing waits on it.
 func (p *providers) forget(k providerKey) {

@@ -39,7 +39,7 @@ type ToolCallReconciler struct {
 	// CallTimeout bounds each provider call a reconcile makes.
 	CallTimeout time.Duration
 	providers   *providers
-	Waiter    *Waiter
+	Waiter      *Waiter
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing

@@ -17,6 +17,8 @@ const (
 const DefaultProviderName = "default"
 
 // ApprovalProviderSpec is where an AAP v1 approvals provider is and how the manager authenticates to it.
+// +kubebuilder:validation:XValidation:rule="has(self.credentialSecretRef) != has(self.provisioning)",message="set exactly one of spec.credentialSecretRef (an instance credential someone issued) or spec.provisioning (a provisioner token the manager creates an instance of its own with)"
+// +kubebuilder:validation:XValidation:rule="has(self.provisioning) == has(oldSelf.provisioning)",message="spec.provisioning cannot be added or removed: the instance belongs to this object; create another provider object instead"
 // +kubebuilder:validation:XValidation:rule="self.url.startsWith('https://') || (self.url.startsWith('http://') && has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true, for a development provider"
 // +kubebuilder:validation:XValidation:rule="!(has(self.caBundle) && has(self.caBundleRef))",message="set at most one of spec.caBundle or spec.caBundleRef"
 type ApprovalProviderSpec struct {
@@ -46,8 +48,16 @@ type ApprovalProviderSpec struct {
 	// credentialSecretRef is the key of a Secret holding the instance credential: the bearer token the
 	// provider issued for the AAP instance this provider object stands for. A rotated Secret takes
 	// effect without a restart.
-	// +required
-	CredentialSecretRef SecretKeyRef `json:"credentialSecretRef"`
+	// +optional
+	CredentialSecretRef *SecretKeyRef `json:"credentialSecretRef,omitempty"`
+
+	// provisioning has the manager create an AAP instance of its own with a provisioner token, keep the
+	// issued credential in a Secret it owns, and delete the instance (which cancels its pending
+	// requests at the provider) when this object is deleted. It cannot be changed: the provisioner
+	// token's Secret may be rotated in place.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provisioning is immutable: the instance belongs to this object; create another provider object instead"
+	// +optional
+	Provisioning *Provisioning `json:"provisioning,omitempty"`
 }
 
 // SecretKeyRef names a key of a Secret in the provider's namespace (for a ClusterApprovalProvider, the
@@ -64,6 +74,34 @@ type SecretKeyRef struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Key string `json:"key,omitempty"`
+}
+
+// Provisioning is how the manager creates its own AAP instance.
+type Provisioning struct {
+	// provisionerTokenSecretRef is the key of a Secret holding the provisioner token, which may create
+	// and delete instances but not make approval requests.
+	// +required
+	ProvisionerTokenSecretRef SecretKeyRef `json:"provisionerTokenSecretRef"`
+	// instanceName is the instance's name at the provider, which approvers see. Default: the provider
+	// object's namespace and name.
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	InstanceName string `json:"instanceName,omitempty"`
+}
+
+// ProviderInstance is the AAP instance the manager created (spec.provisioning).
+type ProviderInstance struct {
+	// id is the instance's id at the provider.
+	ID string `json:"id"`
+	// name is the instance's name at the provider.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// credentialSecretName is the Secret, owned by the provider object, that holds the issued
+	// credential under the key "token".
+	CredentialSecretName string `json:"credentialSecretName"`
+	// credentialExpiresAt is when the issued credential expires, if the provider said.
+	// +optional
+	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
 }
 
 // CABundleRef names the key of a Secret or ConfigMap that holds a PEM CA bundle.
@@ -96,6 +134,9 @@ type ApprovalProviderStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// instance is the AAP instance the manager created (spec.provisioning).
+	// +optional
+	Instance *ProviderInstance `json:"instance,omitempty"`
 }
 
 // ApprovalProvider is an AAP v1 approvals provider for the Tools of its namespace.
@@ -105,6 +146,7 @@ type ApprovalProviderStatus struct {
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.status.instance.id`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ApprovalProvider struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -132,6 +174,7 @@ type ApprovalProviderList struct {
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.status.instance.id`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterApprovalProvider struct {
 	metav1.TypeMeta   `json:",inline"`

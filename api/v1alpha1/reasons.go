@@ -3,6 +3,13 @@ package v1alpha1
 // Finalizer keeps a ToolCall until no approval request for it can still be pending.
 const Finalizer = "toolgate.dev/cancel-approval-request"
 
+// FinalizerInstance keeps an ApprovalProvider or ClusterApprovalProvider with spec.provisioning until
+// the AAP instance the manager created for it is deleted (which cancels its pending requests).
+const FinalizerInstance = "toolgate.dev/delete-instance"
+
+// LabelProvider names the provider object on the Secret of a credential the manager provisioned.
+const LabelProvider = "toolgate.dev/approval-provider"
+
 // Labels the controller puts on the Jobs (and their Pods) it creates.
 const (
 	LabelToolCallUID  = "toolgate.dev/toolcall-uid"
@@ -52,6 +59,9 @@ const (
 	ReasonCredentialForbidden = "CredentialForbidden"
 	// ReasonProviderUnreachable: the provider could not be reached, or answered with an error.
 	ReasonProviderUnreachable = "Unreachable"
+	// ReasonProvisioningFailed: the AAP instance of spec.provisioning could not be created, or its
+	// credential's Secret could not be written.
+	ReasonProvisioningFailed = "ProvisioningFailed"
 )
 
 // Condition types on a ToolCall.

@@ -58,6 +58,16 @@ func (c *HTTPClient) newRequest(ctx context.Context, cl *call, cred string) (*ht
 
 // answer reads and judges the response to one attempt (or the transport's error).
 func (c *HTTPClient) answer(cl *call, hreq *http.Request, resp *http.Response, err error, cred string) (*Request, error) {
+	data, status, err := c.body(cl, hreq, resp, err, cred)
+	if err != nil {
+		return nil, err
+	}
+	return c.trusted(cl, data, status, cred)
+}
+
+// body reads the body of a successful answer (200 or 201) to one attempt; a transport error, an
+// unreadable or oversized body and any other status are errors.
+func (c *HTTPClient) body(cl *call, hreq *http.Request, resp *http.Response, err error, cred string) ([]byte, int, error) {
 	if err != nil {
 		code := CodeNetwork
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
@@ -66,24 +76,24 @@ func (c *HTTPClient) answer(cl *call, hreq *http.Request, resp *http.Response, e
 		// The same text an http.Client gives: the method and URL, then the cause. The transport
 		// error text can carry the URL but never the Authorization header.
 		err = &url.Error{Op: urlErrorOp(cl.method), URL: hreq.URL.String(), Err: err}
-		return nil, &Error{Op: cl.op, Code: code, Retryable: true, Err: err}
+		return nil, 0, &Error{Op: cl.op, Code: code, Retryable: true, Err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, c.opts.MaxBodyBytes+1))
 	if err != nil {
-		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeNetwork, Retryable: true, Err: err}
+		return nil, 0, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeNetwork, Retryable: true, Err: err}
 	}
 	success := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated
 	if int64(len(data)) > c.opts.MaxBodyBytes {
 		// An oversized answer is never trusted; an oversized error page (a proxy's 502) is still the
 		// status it carries, and retried as such.
-		return nil, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes),
+		return nil, 0, &Error{Op: cl.op, StatusCode: resp.StatusCode, Code: CodeTooLarge, Detail: fmt.Sprintf("response body exceeds %d bytes", c.opts.MaxBodyBytes),
 			Retryable: !success && Codes[statusCode(cl.op, resp.StatusCode)].Retryable, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	}
-	if success {
-		return c.trusted(cl, data, resp.StatusCode, cred)
+	if !success && !(cl.noContent && resp.StatusCode == http.StatusNoContent) {
+		return nil, 0, errorFor(cl.op, resp, data, cred)
 	}
-	return nil, errorFor(cl.op, resp, data, cred)
+	return data, resp.StatusCode, nil
 }
 
 // trusted decodes a success body and refuses it unless it is a well-formed request about the submitted

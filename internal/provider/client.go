@@ -248,4 +248,6 @@ type call struct {
 	header  http.Header
 	ref     Ref
 	timeout time.Duration
+	// noContent accepts a 204 as success (DELETE /v1/instances/{id}).
+	noContent bool
 }

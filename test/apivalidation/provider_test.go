@@ -13,7 +13,7 @@ import (
 func validProviderSpec() tg.ApprovalProviderSpec {
 	return tg.ApprovalProviderSpec{
 		URL:                 "https://approvals.example.com/api/aap",
-		CredentialSecretRef: tg.SecretKeyRef{Name: "approvals-credential"},
+		CredentialSecretRef: &tg.SecretKeyRef{Name: "approvals-credential"},
 	}
 }
 
@@ -45,6 +45,15 @@ func TestProviderValidation(t *testing.T) {
 		{name: "a CA bundle in a Secret", mutate: func(s *tg.ApprovalProviderSpec) { s.CABundleRef = &tg.CABundleRef{Kind: "Secret", Name: "ca"} }},
 		{name: "a CA bundle in something else", mutate: func(s *tg.ApprovalProviderSpec) { s.CABundleRef = &tg.CABundleRef{Kind: "Pod", Name: "ca"} },
 			field: "spec.caBundleRef.kind", text: "Unsupported value"},
+		{name: "provisioning", mutate: func(s *tg.ApprovalProviderSpec) {
+			s.CredentialSecretRef = nil
+			s.Provisioning = &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "provisioner"}}
+		}},
+		{name: "a credential and provisioning", mutate: func(s *tg.ApprovalProviderSpec) {
+			s.Provisioning = &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "provisioner"}}
+		}, field: "spec", text: "set exactly one of spec.credentialSecretRef"},
+		{name: "neither a credential nor provisioning", mutate: func(s *tg.ApprovalProviderSpec) { s.CredentialSecretRef = nil },
+			field: "spec", text: "set exactly one of spec.credentialSecretRef"},
 		{name: "no credential Secret name", mutate: func(s *tg.ApprovalProviderSpec) { s.CredentialSecretRef.Name = "" },
 			field: "spec.credentialSecretRef.name", text: "should be at least 1 chars long"},
 	}
@@ -62,7 +71,11 @@ func TestProviderValidation(t *testing.T) {
 				err := k8s.Create(context.Background(), obj)
 				if tc.field == "" {
 					g.Expect(err).NotTo(HaveOccurred())
-					g.Expect(obj.GetSpec().CredentialSecretRef.Key).To(Equal("token"), "the key defaults to token")
+					if ref := obj.GetSpec().CredentialSecretRef; ref != nil {
+						g.Expect(ref.Key).To(Equal("token"), "the key defaults to token")
+					} else {
+						g.Expect(obj.GetSpec().Provisioning.ProvisionerTokenSecretRef.Key).To(Equal("token"))
+					}
 					if ref := obj.GetSpec().CABundleRef; ref != nil {
 						g.Expect(ref.Key).To(Equal("ca.crt"))
 					}
@@ -85,4 +98,24 @@ func TestToolProviderRefKind(t *testing.T) {
 	bad := validTool(ns, "wrong-kind")
 	bad.Spec.ProviderRef = &tg.ProviderRef{Kind: "Issuer", Name: "shared"}
 	expectRefused(g, k8s.Create(context.Background(), bad), "spec.providerRef.kind", "Unsupported value")
+}
+
+// The instance belongs to the object that provisioned it: provisioning cannot be added, removed or
+// changed.
+func TestProvisioningIsFixed(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	ap := &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: ns}, Spec: tg.ApprovalProviderSpec{
+		URL: "https://approvals.example.com", Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "provisioner"}},
+	}}
+	g.Expect(k8s.Create(context.Background(), ap)).To(Succeed())
+	renamed := ap.DeepCopy()
+	renamed.Spec.Provisioning.InstanceName = "another"
+	expectRefused(g, k8s.Update(context.Background(), renamed), "spec.provisioning", "spec.provisioning is immutable")
+	removed := ap.DeepCopy()
+	removed.Spec.Provisioning, removed.Spec.CredentialSecretRef = nil, &tg.SecretKeyRef{Name: "issued"}
+	expectRefused(g, k8s.Update(context.Background(), removed), "spec", "spec.provisioning cannot be added or removed")
+	moved := ap.DeepCopy()
+	moved.Spec.URL = "https://approvals.example.org"
+	g.Expect(k8s.Update(context.Background(), moved)).To(Succeed(), "the rest of the spec may change")
 }

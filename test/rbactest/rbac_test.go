@@ -93,14 +93,15 @@ var allowedPermissions = map[string]map[string]string{
 		"list clusterapprovalproviders.toolgate.dev":          "caches ClusterApprovalProviders",
 		"watch clusterapprovalproviders.toolgate.dev":         "caches ClusterApprovalProviders",
 		"get approvalproviders.toolgate.dev/status":           "granted by the marker; the status arrives with the object",
-		"patch approvalproviders.toolgate.dev/status":         "granted by the marker alongside update",
+		"patch approvalproviders.toolgate.dev":                "adds and removes the finalizer that deletes a provisioned instance",
 		"update approvalproviders.toolgate.dev/status":        "reports whether the provider is Ready",
 		"get clusterapprovalproviders.toolgate.dev/status":    "granted by the marker; the status arrives with the object",
-		"patch clusterapprovalproviders.toolgate.dev/status":  "granted by the marker alongside update",
+		"patch clusterapprovalproviders.toolgate.dev":         "adds and removes the finalizer that deletes a provisioned instance",
 		"update clusterapprovalproviders.toolgate.dev/status": "reports whether the provider is Ready",
 		// get only: Secrets are read live when a provider's client is built, probed or refused with
 		// a 401, never listed, watched or cached.
 		"get secrets":                 "reads the credential a provider object names",
+		"create secrets":              "keeps the credential of an instance it provisioned, in a Secret the provider object owns; it never updates or deletes one",
 		"get configmaps":              "reads the CA bundle a provider object names",
 		"create events.events.k8s.io": "records ToolCall transitions as Events",
 		"patch events.events.k8s.io":  "records repeated Events",
@@ -818,7 +819,7 @@ func listPods(ns string) func(*fixture, client.WithWatch) error {
 
 // providerSpec is a valid provider spec; the objects are never probed here (no manager runs).
 func providerSpec() tg.ApprovalProviderSpec {
-	return tg.ApprovalProviderSpec{URL: "https://approvals.example.com", CredentialSecretRef: tg.SecretKeyRef{Name: "approvals-credential"}}
+	return tg.ApprovalProviderSpec{URL: "https://approvals.example.com", CredentialSecretRef: &tg.SecretKeyRef{Name: "approvals-credential"}}
 }
 
 func createProvider(ns string) func(*fixture, client.WithWatch) error {
@@ -848,6 +849,14 @@ func listClusterProviders() func(*fixture, client.WithWatch) error {
 func getSecret(ns string) func(*fixture, client.WithWatch) error {
 	return func(f *fixture, c client.WithWatch) error {
 		return c.Get(f.ctx, client.ObjectKeyFromObject(f.secret(ns)), &corev1.Secret{})
+	}
+}
+
+func updateSecret(ns string) func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		s := f.secret(ns).DeepCopy()
+		s.StringData = map[string]string{"token": "replaced"}
+		return c.Update(f.ctx, s)
 	}
 }
 
@@ -1057,6 +1066,7 @@ func accessTable(system string) []access {
 		// Secrets: the credentials provider objects name, read one by one, never listed.
 		allow("manager", "get", core, "secrets", other, getSecret(other)),
 		deny("manager", "list", core, "secrets", other, listSecrets(other)),
+		deny("manager", "update", core, "secrets", other, updateSecret(other)),
 		allow("manager", "list", toolgate, "approvalproviders", other, listProviders(other)),
 		allow("manager", "list", toolgate, "clusterapprovalproviders", "", listClusterProviders()),
 		deny("manager", "create", toolgate, "approvalproviders", other, createProvider(other)),

@@ -198,12 +198,14 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 		RequestTimeout: 5 * time.Second, OnError: controllers.CountProviderError,
 	}
 	h.Opts = controllers.Options{
-		PollWait:           2 * time.Second,
-		Timing:             TestTiming(),
-		CallTimeout:        5 * time.Second,
-		CancelGiveUp:       30 * time.Second,
-		Namespaces:         []string{h.NS},
-		MetricsBindAddress: "0",
+		PollWait:     2 * time.Second,
+		Timing:       TestTiming(),
+		CallTimeout:  5 * time.Second,
+		CancelGiveUp: 30 * time.Second,
+		Namespaces:   []string{h.NS},
+		// ClusterApprovalProviders' Secrets are the test's own.
+		ClusterResourceNamespace: h.NS,
+		MetricsBindAddress:       "0",
 	}
 	for _, o := range opts {
 		o(h)

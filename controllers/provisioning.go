@@ -1,0 +1,147 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// provision makes sure the provider object with spec.provisioning has its AAP instance and the
+// Secret with the instance's credential: it adds the finalizer (so the instance is deleted with the
+// object), then, unless the Secret exists, asks the provider for the instance under the object's
+// UID as Idempotency-Key. A repeat after a crash, or after someone deleted the Secret, gets the same
+// instance and credential back. reason and message, when reason is not empty, are the Ready
+// condition's: the instance could not be had.
+func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (reason, message string) {
+	if !controllerutil.ContainsFinalizer(obj, tg.FinalizerInstance) {
+		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(obj, tg.FinalizerInstance)
+		if err := r.Patch(ctx, obj, patch); err != nil {
+			return tg.ReasonProvisioningFailed, fmt.Sprintf("The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
+		}
+	}
+	secret, _ := r.providers.credentialOf(k, obj)
+	err := r.providers.live.Get(ctx, secret, &corev1.Secret{})
+	missing := apierrors.IsNotFound(err)
+	switch {
+	case err == nil && obj.GetStatus().Instance != nil:
+		return "", ""
+	case err != nil && !missing:
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
+	}
+	pc, reason, message := r.provisioner(k, obj)
+	if reason != "" {
+		return reason, message
+	}
+	name := obj.GetSpec().Provisioning.InstanceName
+	if name == "" {
+		name = k.String()
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	got, err := pc.ProvisionInstance(ctx, string(obj.GetUID()), provider.ProvisionInstanceRequest{InstanceName: name})
+	if err != nil {
+		return provisionFailed(err)
+	}
+	if missing {
+		owned := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{tg.LabelProvider: obj.GetName()}},
+			Data:       map[string][]byte{provisionedKey: []byte(got.Credential.Token)},
+		}
+		if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
+			return tg.ReasonProvisioningFailed, err.Error()
+		}
+		if err := r.Create(ctx, owned); err != nil && !apierrors.IsAlreadyExists(err) {
+			return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
+		}
+	}
+	inst := &tg.ProviderInstance{ID: got.Instance.ID, Name: got.Instance.Name, CredentialSecretName: secret.Name}
+	if got.Credential.ExpiresAt != nil {
+		inst.CredentialExpiresAt = &metav1.Time{Time: *got.Credential.ExpiresAt}
+	}
+	obj.GetStatus().Instance = inst
+	return "", ""
+}
+
+// provisionFailed is the Ready condition of a provisioning the provider refused or did not answer.
+func provisionFailed(err error) (reason, message string) {
+	switch code := provider.CodeOf(err); code {
+	case provider.CodeUnauthenticated:
+		return tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef."
+	case provider.CodeForbidden:
+		return tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token."
+	case provider.CodeInstanceDeleted:
+		return tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew."
+	default:
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("The provider could not create the instance (provider error %s).", code)
+	}
+}
+
+// provisioner is the client that manages the object's instance, with the provisioner token as its
+// credential.
+func (r *ProviderReconciler) provisioner(k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, string) {
+	spec := obj.GetSpec()
+	ref := spec.Provisioning.ProvisionerTokenSecretRef
+	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: ref.Name}
+	key := keyOr(ref.Key, "token")
+	opts := r.providers.base
+	opts.BaseURL, opts.CABundle = spec.URL, spec.CABundle
+	if spec.CABundleRef != nil {
+		pem, err := r.providers.caBundle(context.Background(), secret.Namespace, spec.CABundleRef)
+		if err != nil {
+			return nil, tg.ReasonCABundleInvalid, err.Error()
+		}
+		opts.CABundle = pem
+	}
+	opts.Credential = func() (string, error) { return r.providers.secretValue(context.Background(), secret, key) }
+	pc, err := provider.NewHTTPClient(opts)
+	if err != nil {
+		return nil, tg.ReasonCredentialUnavailable, err.Error()
+	}
+	return pc, "", ""
+}
+
+// retire deletes the instance of a deleted provider object, which revokes its credential and
+// cancels its pending requests at the provider, then removes the finalizer. It keeps trying while
+// the provider cannot be reached: an instance left behind would leave its requests pending for
+// approvers nobody waits for.
+func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.GenericProvider) error {
+	if !controllerutil.ContainsFinalizer(obj, tg.FinalizerInstance) {
+		return nil
+	}
+	if inst := obj.GetStatus().Instance; inst != nil && obj.GetSpec().Provisioning != nil {
+		pc, reason, message := r.provisioner(k, obj)
+		if reason != "" {
+			return fmt.Errorf("deleting instance %s of %s: %s", inst.ID, k, message)
+		}
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		if err := pc.DeleteInstance(ctx, inst.ID); err != nil {
+			return fmt.Errorf("deleting instance %s of %s: %w", inst.ID, k, err)
+		}
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(obj, tg.FinalizerInstance)
+	if err := r.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer of %s: %w", k, err)
+	}
+	return nil
+}
+
+// deleting lets through the update that marks an object deleted.
+type deleting struct{ predicate.Funcs }
+
+func (deleting) Update(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+}
