@@ -190,11 +190,12 @@ cmd_down() {
 cmd_install() {
   running || die "the cluster is not running: hack/cluster.sh up"
   export KUBECONFIG="${kubeconfig}"
-  local cred="${state}/provider-credential"
+  local cred="${state}/provider-credential" token="${state}/provisioner-token"
   [[ -s "${cred}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${cred}")
+  [[ -s "${token}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${token}")
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
-    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    --from-file=provisioner-token="${token}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   local existed=0
   kubectl -n toolgate-system get deployment toolgate-controller-manager >/dev/null 2>&1 && existed=1
   # config/dev builds on dist/install.yaml, which lies outside it.
@@ -205,7 +206,11 @@ cmd_install() {
   fi
   kubectl -n toolgate-system rollout status deployment/toolgate-reference-provider --timeout=180s >&2
   kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s >&2
-  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (credential in ${cred})"
+  # The cluster's default approvals provider: an AAP instance of its own, which the manager creates on
+  # the reference provider with the provisioner token (applied once its CRD is served).
+  kubectl apply -f config/dev/cluster_approval_provider.yaml >&2
+  kubectl wait --for=condition=Ready clusterapprovalprovider/default --timeout=120s >&2
+  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (admin credential in ${cred}); the ClusterApprovalProvider default provisioned its instance there"
 }
 
 case "${1:-}" in

@@ -196,14 +196,40 @@ func decide(g Gomega, tc *tg.ToolCall, approve bool, validFor string) {
 	providerCall(g, http.MethodPost, "/admin/v1/requests/"+tc.Status.RequestID+"/decide", body)
 }
 
-// providerRequest reads a request from the provider (GET /v1/requests/{id}).
+// providerRequest reads a request from the provider through its admin API, which sees the requests
+// of every instance (a call's request belongs to the instance of its provider object).
 func providerRequest(g Gomega, id string) map[string]any {
-	return providerCall(g, http.MethodGet, "/v1/requests/"+id, nil)
+	for _, r := range providerRequests(g, "") {
+		if r["id"] == id {
+			return r
+		}
+	}
+	g.Expect(id).To(BeEmpty(), "the provider has no request %s", id)
+	return nil
 }
 
-// providerCall calls the reference provider's Service from this machine with the credential
-// `hack/cluster.sh install` generated (the provider's API and admin API accept it).
+// providerRequests lists the provider's requests (GET /admin/v1/requests), of one instance if
+// instance is not empty. Each carries its instance_id.
+func providerRequests(g Gomega, instance string) []map[string]any {
+	path := "/admin/v1/requests"
+	if instance != "" {
+		path += "?instance=" + instance
+	}
+	var out []map[string]any
+	g.Expect(json.Unmarshal(providerCallRaw(g, http.MethodGet, path, nil), &out)).To(Succeed())
+	return out
+}
+
+// providerCall calls the reference provider's Service from this machine with the admin credential
+// `hack/cluster.sh install` generated, and decodes the answer as an object.
 func providerCall(g Gomega, method, path string, body any) map[string]any {
+	var m map[string]any
+	g.Expect(json.Unmarshal(providerCallRaw(g, method, path, body), &m)).To(Succeed())
+	return m
+}
+
+// providerCallRaw is providerCall's exchange: it expects 200 and returns the body.
+func providerCallRaw(g Gomega, method, path string, body any) []byte {
 	cred, err := os.ReadFile(filepath.Join(clusterDir, "provider-credential"))
 	g.Expect(err).NotTo(HaveOccurred())
 	var in io.Reader
@@ -224,9 +250,7 @@ func providerCall(g Gomega, method, path string, body any) map[string]any {
 	out, err := io.ReadAll(resp.Body)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s %s: %s", method, path, out)
-	var m map[string]any
-	g.Expect(json.Unmarshal(out, &m)).To(Succeed())
-	return m
+	return out
 }
 
 // submit creates the sample ToolCall and waits until a human is asked.
