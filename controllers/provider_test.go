@@ -224,7 +224,7 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 	g.Expect(inst).NotTo(BeNil())
 	g.Expect(inst.ID).NotTo(BeEmpty())
 	g.Expect(inst.Name).To(Equal("payments agents"))
-	g.Expect(inst.CredentialSecretName).To(Equal("team-aap-credential"))
+	g.Expect(inst.CredentialSecretName).To(Equal("team-aap-credential-" + string(ap.UID)[:8]))
 	owned := &corev1.Secret{}
 	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: inst.CredentialSecretName}, owned)).To(Succeed())
 	g.Expect(owned.OwnerReferences).To(ContainElement(HaveField("UID", ap.UID)))

@@ -226,8 +226,16 @@ func (p *providers) credentialOf(k providerKey, obj tg.GenericProvider) (types.N
 const provisionedKey = "token"
 
 // provisionedSecretName is the Secret that holds the credential of the instance the manager created
-// for obj.
-func provisionedSecretName(obj tg.GenericProvider) string { return obj.GetName() + "-aap-credential" }
+// for obj: named after the object and this incarnation of it (its UID), so that an object deleted and
+// created again never reads the credential of the instance its predecessor had.
+func provisionedSecretName(obj tg.GenericProvider) string {
+	name := obj.GetName()
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	uid := string(obj.GetUID())
+	return fmt.Sprintf("%s-aap-credential-%s", name, uid[:min(8, len(uid))])
+}
 
 // forget drops the client of a provider whose object is gone, once nothing waits on it.
 func (p *providers) forget(k providerKey) {

@@ -190,12 +190,16 @@ cmd_down() {
 cmd_install() {
   running || die "the cluster is not running: hack/cluster.sh up"
   export KUBECONFIG="${kubeconfig}"
-  local cred="${state}/provider-credential" token="${state}/provisioner-token"
-  [[ -s "${cred}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${cred}")
-  [[ -s "${token}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${token}")
+  local cred="${state}/provider-credential" token="${state}/provisioner-token" approvers="${state}/approvers" who
+  for who in "${cred}" "${token}" "${state}/alice-credential" "${state}/bob-credential"; do
+    [[ -s "${who}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${who}")
+  done
+  # Two approvers of the reference provider, each seeing the requests of one instance only (the e2e
+  # suite's two teams provision instances of these names).
+  (umask 077 && printf 'alice %s e2e-team-a\nbob %s e2e-team-b\n' "$(cat "${state}/alice-credential")" "$(cat "${state}/bob-credential")" >"${approvers}")
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
-    --from-file=provisioner-token="${token}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    --from-file=provisioner-token="${token}" --from-file=approvers="${approvers}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   local existed=0
   kubectl -n toolgate-system get deployment toolgate-controller-manager >/dev/null 2>&1 && existed=1
   # config/dev builds on dist/install.yaml, which lies outside it.
@@ -207,7 +211,12 @@ cmd_install() {
   kubectl -n toolgate-system rollout status deployment/toolgate-reference-provider --timeout=180s >&2
   kubectl -n toolgate-system rollout status deployment/toolgate-controller-manager --timeout=180s >&2
   # The cluster's default approvals provider: an AAP instance of its own, which the manager creates on
-  # the reference provider with the provisioner token (applied once its CRD is served).
+  # the reference provider with the provisioner token (applied once its CRD is served). The reference
+  # provider keeps its instances in an emptyDir: after its restart the object is created again, so
+  # that it provisions an instance the new provider knows.
+  if ((existed)); then
+    kubectl delete clusterapprovalprovider default --ignore-not-found --timeout=120s >&2
+  fi
   kubectl apply -f config/dev/cluster_approval_provider.yaml >&2
   kubectl wait --for=condition=Ready clusterapprovalprovider/default --timeout=120s >&2
   say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (admin credential in ${cred}); the ClusterApprovalProvider default provisioned its instance there"

@@ -220,6 +220,13 @@ func providerRequests(g Gomega, instance string) []map[string]any {
 	return out
 }
 
+// providerRequestsAs lists the provider's requests as one of the approvers hack/cluster.sh made.
+func providerRequestsAs(g Gomega, approver string) []map[string]any {
+	var out []map[string]any
+	g.Expect(json.Unmarshal(providerCallAs(g, approver+"-credential", http.MethodGet, "/admin/v1/requests", nil), &out)).To(Succeed())
+	return out
+}
+
 // providerCall calls the reference provider's Service from this machine with the admin credential
 // `hack/cluster.sh install` generated, and decodes the answer as an object.
 func providerCall(g Gomega, method, path string, body any) map[string]any {
@@ -230,7 +237,12 @@ func providerCall(g Gomega, method, path string, body any) map[string]any {
 
 // providerCallRaw is providerCall's exchange: it expects 200 and returns the body.
 func providerCallRaw(g Gomega, method, path string, body any) []byte {
-	cred, err := os.ReadFile(filepath.Join(clusterDir, "provider-credential"))
+	return providerCallAs(g, "provider-credential", method, path, body)
+}
+
+// providerCallAs is providerCallRaw with the credential in the cluster directory's file credFile.
+func providerCallAs(g Gomega, credFile, method, path string, body any) []byte {
+	cred, err := os.ReadFile(filepath.Join(clusterDir, credFile))
 	g.Expect(err).NotTo(HaveOccurred())
 	var in io.Reader
 	if body != nil {

@@ -20,8 +20,9 @@ import (
 
 // Two namespaces, each with an ApprovalProvider named default that provisions an AAP instance of its
 // own on the reference provider: each namespace's calls go to its own instance, not to the cluster's
-// default; deleting one namespace's provider object deletes its instance, which cancels that
-// namespace's pending request and leaves the other's alone.
+// default, and each team's approver (alice for e2e-team-a, bob for e2e-team-b, scoped by
+// hack/cluster.sh) sees its own team's request only; deleting one namespace's provider object deletes
+// its instance, which cancels that namespace's pending request and leaves the other's alone.
 func TestEachNamespaceCallsItsOwnProvisionedInstance(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -33,18 +34,18 @@ func TestEachNamespaceCallsItsOwnProvisionedInstance(t *testing.T) {
 	g.Expect(cluster.Status.Instance).NotTo(BeNil(), "make dev's ClusterApprovalProvider provisioned its instance")
 
 	type team struct {
-		ns       string
-		instance string
-		call     *tg.ToolCall
+		ns, name, approver string
+		instance           string
+		call               *tg.ToolCall
 	}
-	teams := []*team{{ns: newNamespace(t)}, {ns: newNamespace(t)}}
+	teams := []*team{{ns: newNamespace(t), name: "e2e-team-a", approver: "alice"}, {ns: newNamespace(t), name: "e2e-team-b", approver: "bob"}}
 	for _, tm := range teams {
 		g.Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: "provisioner"},
 			StringData: map[string]string{"token": strings.TrimSpace(string(token))}})).To(Succeed())
 		g.Expect(k8s.Create(ctx, &tg.ApprovalProvider{
 			ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: tg.DefaultProviderName},
 			Spec: tg.ApprovalProviderSpec{URL: providerURL, AllowInsecureHTTP: true, Provisioning: &tg.Provisioning{
-				ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "provisioner", Key: "token"}, InstanceName: tm.ns,
+				ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "provisioner", Key: "token"}, InstanceName: tm.name,
 			}},
 		})).To(Succeed())
 		g.Eventually(func(g Gomega) {
@@ -63,9 +64,22 @@ func TestEachNamespaceCallsItsOwnProvisionedInstance(t *testing.T) {
 	for _, tm := range teams {
 		req := providerRequest(g, tm.call.Status.RequestID)
 		g.Expect(req).To(HaveKeyWithValue("instance_id", tm.instance), "the request belongs to its namespace's instance")
-		g.Expect(req).To(HaveKeyWithValue("instance_name", tm.ns))
+		g.Expect(req).To(HaveKeyWithValue("instance_name", tm.name))
 		g.Expect(req["instance_id"]).NotTo(Equal(cluster.Status.Instance.ID))
 		g.Expect(providerRequests(g, tm.instance)).To(HaveLen(1), "each instance holds its own namespace's request only")
+	}
+
+	for _, tm := range teams {
+		var ids []any
+		for _, r := range providerRequestsAs(g, tm.approver) {
+			ids = append(ids, r["id"])
+		}
+		other := teams[0]
+		if tm == teams[0] {
+			other = teams[1]
+		}
+		g.Expect(ids).To(ContainElement(tm.call.Status.RequestID), "%s sees their team's request", tm.approver)
+		g.Expect(ids).NotTo(ContainElement(other.call.Status.RequestID), "%s does not see the other team's request", tm.approver)
 	}
 
 	// Deleting a's provider deletes its instance: a's request is cancelled, and a's call ends Cancelled.

@@ -26,7 +26,7 @@ type AdminRequest struct {
 
 func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /admin/v1/requests/{id}/decide", s.approverAPI(s.handleDecide))
-	mux.Handle("GET /admin/v1/requests", s.approverAPI(func(r *http.Request, _ string) reply { return s.handleList(r) }))
+	mux.Handle("GET /admin/v1/requests", s.approverAPI(s.handleList))
 	mux.Handle("GET /admin/v1/faults", s.adminAPI(s.handleFaultsGet))
 	mux.Handle("POST /admin/v1/faults", s.adminAPI(s.handleFaultsAdd))
 	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.handleFaultsSet))
@@ -68,6 +68,9 @@ func (s *Server) handleDecide(r *http.Request, approver string) reply {
 		return failParam(provider.CodeInvalidRequest, "valid_for", fmt.Sprintf("valid_for %q is not a positive duration such as 10m", body.ValidFor))
 	}
 	id := r.PathValue("id")
+	if !s.seesRequest(approver, id) {
+		return fail(provider.CodeNotFound, "no request "+quote(id))
+	}
 	req, err := s.decide(id, body.Status, decisionNote(body.Note, body.Status, approver), body.ExpiresAt, validFor)
 	if errors.Is(err, ErrAlreadyTerminal) {
 		return fail(provider.CodeAlreadyTerminal, "the request is already "+req.Status+": its outcome is unchanged")
@@ -91,7 +94,7 @@ func (s *Server) adminRequest(id string) AdminRequest {
 }
 
 // handleList lists requests, newest first: ?status= one status, ?instance= one instance's.
-func (s *Server) handleList(r *http.Request) reply {
+func (s *Server) handleList(r *http.Request, approver string) reply {
 	status, instance := r.URL.Query().Get("status"), r.URL.Query().Get("instance")
 	if status != "" && status != provider.StatusPending && !provider.IsTerminal(status) {
 		return failParam(provider.CodeInvalidRequest, "status", fmt.Sprintf("unknown status %q: use pending, approved, denied, expired or cancelled", status))
@@ -105,7 +108,7 @@ func (s *Server) handleList(r *http.Request) reply {
 	s.mu.Unlock()
 	out := make([]AdminRequest, 0, len(recs))
 	for _, rec := range recs {
-		if instance == "" || rec.Instance == instance {
+		if (instance == "" || rec.Instance == instance) && s.sees(approver, rec.Instance, names) {
 			out = append(out, s.adminView(rec, names))
 		}
 	}

@@ -76,6 +76,11 @@ type Options struct {
 	// page and decide through the admin API (list and decide only). Every decision records who made it:
 	// the approver's name, or AdminApprover for the admin credential. Optional.
 	Approvers map[string]string
+	// ApproverInstances limits an approver of Approvers to the requests of the instances named here
+	// (by instance name): the approval page and the admin API show them no other request, and they
+	// can decide no other. An approver without an entry sees every instance's requests, as the admin
+	// credential does. Optional.
+	ApproverInstances map[string][]string
 }
 
 // Profile is how the provider API answers. Both profiles are conforming AAP v1 providers with the
@@ -196,6 +201,14 @@ func New(opts Options) (*Server, error) {
 	opts = opts.withDefaults()
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("reference provider: %w", err)
+	}
+	for name, scope := range opts.ApproverInstances {
+		if _, ok := opts.Approvers[name]; !ok {
+			return nil, fmt.Errorf("ApproverInstances names %s, who is not one of Approvers", name)
+		}
+		if len(scope) == 0 {
+			return nil, fmt.Errorf("approver %s has an empty list of instances: leave the approver out of ApproverInstances to let them see every instance", name)
+		}
 	}
 	approvers, err := hashApprovers(opts)
 	if err != nil {

@@ -116,6 +116,9 @@ func checkNote(note string, required bool) (string, error) {
 
 // decide records the decision with the signed-in approver in its note.
 func (p *approvalPage) decide(id, status, note string, validFor time.Duration, approver string) reply {
+	if !p.s.seesRequest(approver, id) {
+		return fail(provider.CodeNotFound, "no request "+quote(id))
+	}
 	req, err := p.s.decide(id, status, decisionNote(note, status, approver), nil, validFor)
 	if errors.Is(err, ErrAlreadyTerminal) {
 		return fail(provider.CodeAlreadyTerminal, "the request is already "+req.Status+": its outcome is unchanged")

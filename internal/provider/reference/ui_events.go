@@ -45,7 +45,7 @@ type pageItem struct {
 
 // snapshot reads the state the page shows and, for each pending request, the channel closed when it
 // leaves pending (decided, cancelled or expired).
-func (p *approvalPage) snapshot() (snapshot, []<-chan struct{}, error) {
+func (p *approvalPage) snapshot(approver string) (snapshot, []<-chan struct{}, error) {
 	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,6 +62,9 @@ func (p *approvalPage) snapshot() (snapshot, []<-chan struct{}, error) {
 	for _, rec := range all {
 		if rec, err = s.expireIfDueLocked(rec); err != nil {
 			return snapshot{}, nil, err
+		}
+		if !s.sees(approver, rec.Instance, names) {
+			continue
 		}
 		if rec.Status != provider.StatusPending {
 			done = append(done, rec)
@@ -125,7 +128,7 @@ func (p *approvalPage) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer ticker.Stop()
 	for {
 		created := p.created.wait() // before the snapshot, so no submission falls in between
-		snap, changes, err := p.snapshot()
+		snap, changes, err := p.snapshot(p.approver(r))
 		if err != nil {
 			select {
 			case <-p.s.done: // the store closed under us

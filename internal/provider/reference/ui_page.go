@@ -43,7 +43,7 @@ func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 		signInPage(w, "Sign in by opening this page with the admin credential: /ui/?token=<admin credential>.")
 		return
 	}
-	snap, _, err := p.snapshot()
+	snap, _, err := p.snapshot(p.approver(r))
 	if err != nil {
 		write(w, p.s.failure(err, ""))
 		return
