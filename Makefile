@@ -49,8 +49,8 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and the manager ClusterRole (config/rbac/role.yaml).
-	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd:maxDescLen=0 webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases, with the descriptions kubectl explain shows, but for the Tool's) and the manager ClusterRole (config/rbac/role.yaml).
+	bash hack/manifests.sh "$(CONTROLLER_GEN)" config/crd/bases config/rbac
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy, DeepCopyInto and DeepCopyObject implementations.
