@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -177,6 +178,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	rules, err := newRuleCache(policy.DefaultLimits())
 	if err != nil {
 		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.ToolCall{}, providerField, indexToolCallsByProvider); err != nil {
+		return fmt.Errorf("indexing ToolCalls by provider: %w", err)
 	}
 	provs := newProviders(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
 		provider.Options{OnError: CountProviderError})

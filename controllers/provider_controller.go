@@ -42,8 +42,9 @@ const (
 	reprobeNotReady = 10 * time.Second
 )
 
-// Reconcile: get; a deleted object with an instance of its own deletes the instance, then lets the
-// object go; otherwise provision the instance (spec.provisioning) unless it exists, then build the
+// Reconcile: get; a deleted object with an instance of its own deletes the instance, one with an
+// issued credential waits until the calls accepted with it ended, then the object goes; otherwise
+// add the finalizer and provision the instance (spec.provisioning) unless it exists, then build the
 // client and probe the provider, and write the status once if it changed.
 func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := newProviderObject(r.kind)
@@ -52,12 +53,14 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	k := providerKey{kind: r.kind, namespace: obj.GetNamespace(), name: obj.GetName()}
 	if !obj.GetDeletionTimestamp().IsZero() {
-		return ctrl.Result{}, r.retire(ctx, k, obj)
+		return r.retire(ctx, k, obj)
 	}
 	orig := obj.GetStatus().DeepCopy()
 	status, reason, message := metav1.ConditionFalse, "", ""
 	if obj.GetSpec().Provisioning != nil {
 		reason, message = r.provision(ctx, k, obj)
+	} else if err := r.addFinalizer(ctx, obj, tg.FinalizerInUse); err != nil {
+		return ctrl.Result{}, err
 	}
 	if reason == "" {
 		status, reason, message = r.check(ctx, k, obj)

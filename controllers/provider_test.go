@@ -242,12 +242,12 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 		pending, err := team.List(provider.StatusPending)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(pending).To(BeEmpty())
-	}).WithTimeout(30 * time.Second).Should(Succeed(), "deleting the instance cancels its pending requests")
+	}).WithTimeout(30*time.Second).Should(Succeed(), "deleting the instance cancels its pending requests")
 	cancelled := h.WaitPhase("refund", tg.PhaseCancelled)
 	g.Expect(cancelled.Status.Reason).To(Equal(tg.ReasonProviderCancelled))
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "team"}, &tg.ApprovalProvider{}))
-	}).WithTimeout(30 * time.Second).Should(BeTrue(), "the finalizer is removed once the instance is deleted")
+	}).WithTimeout(30*time.Second).Should(BeTrue(), "the finalizer is removed once the instance is deleted")
 }
 
 // An instance credential given as the provisioner token is told apart (403) from an unknown token
@@ -291,4 +291,66 @@ func TestClusterProviderServesTheToolsThatNameIt(t *testing.T) {
 	g.Expect(waiting.Annotations).To(HaveKeyWithValue(tg.AnnotationProvider, "ClusterApprovalProvider/"+name))
 	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
 	g.Expect(h.Provider.List("")).To(BeEmpty())
+}
+
+// A provider that is only unreachable does not hold calls back as ProviderNotReady: the submission is
+// tried, and the call says why it fails (SubmitFailed), as it would with the manager's own provider.
+func TestUnreachableProviderDoesNotHoldCallsBack(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	addr, err := th.FreeAddr() // nothing listens there
+	g.Expect(err).NotTo(HaveOccurred())
+	credentialSecret(h, "team-credential", teamCredential)
+	approvalProvider(h, "team", "http://"+addr, "team-credential")
+	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonProviderUnreachable)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	g.Eventually(func(g Gomega) {
+		tc := h.Get("refund")
+		g.Expect(tc.Status.Phase).To(Equal(tg.PhasePending))
+		g.Expect(tc.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// A provider object with an issued credential that is deleted while a call accepted with it waits
+// stays (its finalizer) and serves that call to its end: the approval is read and the tool runs.
+// New calls no longer pick it: without it the namespace's calls go to the manager's own provider.
+func TestDeletedProviderServesItsCallsUntilTheyEnd(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "team-credential", teamCredential)
+	approvalProvider(h, tg.DefaultProviderName, url, "team-credential")
+	providerReady(h, tg.DefaultProviderName, metav1.ConditionTrue, tg.ReasonProviderReady)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+
+	key := types.NamespacedName{Namespace: h.NS, Name: tg.DefaultProviderName}
+	ap := &tg.ApprovalProvider{}
+	g.Expect(h.K8s.Get(context.Background(), key, ap)).To(Succeed())
+	g.Expect(ap.Finalizers).To(ContainElement(tg.FinalizerInUse))
+	g.Expect(h.K8s.Delete(context.Background(), ap)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.K8s.Get(context.Background(), key, ap)).To(Succeed())
+		g.Expect(ap.DeletionTimestamp).NotTo(BeNil())
+	}).Should(Succeed())
+
+	// A new call while the object is being deleted goes to the manager's own provider.
+	h.ToolCall("later", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	later := h.WaitPhase("later", tg.PhaseAwaitingApproval)
+	g.Expect(later.Annotations).NotTo(HaveKey(tg.AnnotationProvider))
+	g.Expect(h.Provider.List(provider.StatusPending)).To(HaveLen(1))
+
+	// The first call is still served by the object being deleted.
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(h.K8s.Get(context.Background(), key, &tg.ApprovalProvider{})).To(Succeed(), "kept while its call has not ended")
+	h.FinishJob(running.Status.JobName, true, "refunded")
+	h.WaitPhase("refund", tg.PhaseSucceeded)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(h.K8s.Get(context.Background(), key, &tg.ApprovalProvider{}))
+	}).WithTimeout(30*time.Second).Should(BeTrue(), "gone once its calls ended")
 }

@@ -95,7 +95,7 @@ func newProviders(cache, live client.Reader, flags provider.Client, clusterNames
 
 // resolve picks the provider a new call of tool is accepted with: the Tool's spec.providerRef, else
 // the namespace's ApprovalProvider named default, else the ClusterApprovalProvider named default,
-// else the manager's flags.
+// else the manager's flags. A default provider being deleted is passed over.
 func (p *providers) resolve(ctx context.Context, tool *tg.Tool) (providerKey, error) {
 	if ref := tool.Spec.ProviderRef; ref != nil {
 		if ref.Kind == tg.KindApprovalProvider {
@@ -108,10 +108,13 @@ func (p *providers) resolve(ctx context.Context, tool *tg.Tool) (providerKey, er
 		{kind: tg.KindClusterApprovalProvider, name: tg.DefaultProviderName},
 	}
 	for _, k := range candidates {
-		err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, newProviderObject(k.kind))
+		obj := newProviderObject(k.kind)
+		err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj)
 		switch {
-		case err == nil:
+		case err == nil && obj.GetDeletionTimestamp().IsZero():
 			return k, nil
+		case err == nil:
+			// Being deleted: it serves the calls it has until they end, and takes no new one.
 		case !apierrors.IsNotFound(err):
 			return flagsProvider, fmt.Errorf("reading %s: %w", k, err)
 		}
@@ -126,8 +129,9 @@ func newProviderObject(kind string) tg.GenericProvider {
 	return &tg.ApprovalProvider{}
 }
 
-// client returns the client of provider k. With ready, the provider must be Ready for its current
-// generation (a new submission); without, any client that can still reach it will do (a wait or a
+// client returns the client of provider k. With ready, the provider must have been checked for its
+// current generation and found usable (a new submission): Ready, or only unreachable for now;
+// without, any client that can still reach it will do (a wait or a
 // cancel of a request already submitted, even if the object was since deleted). problem, when not
 // empty, says why there is none: the provider is missing or not Ready.
 func (p *providers) client(ctx context.Context, k providerKey, ready bool) (c provider.Client, problem string, err error) {
@@ -157,7 +161,10 @@ func (p *providers) client(ctx context.Context, k providerKey, ready bool) (c pr
 		switch {
 		case cond == nil || cond.ObservedGeneration != obj.GetGeneration():
 			return nil, k.String() + " has not been checked yet", nil
-		case cond.Status != metav1.ConditionTrue:
+		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonProviderUnreachable:
+			// Its settings cannot work (a missing Secret, a refused credential): nothing is
+			// submitted until they are fixed. An unreachable provider is tried all the same: the
+			// submission retries on its own and says why it fails.
 			return nil, fmt.Sprintf("%s is not Ready (%s: %s)", k, cond.Reason, cond.Message), nil
 		}
 	}
@@ -202,6 +209,41 @@ func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericPro
 	p.clients[k] = &providerClient{uid: obj.GetUID(), generation: obj.GetGeneration(), client: hc}
 	p.mu.Unlock()
 	return hc, "", nil
+}
+
+// providerField indexes ToolCalls by the provider their acceptance recorded (providerIndex).
+const providerField = "toolgate.dev/provider"
+
+// providerIndex is the index value of the provider k: the kind, the namespace of an ApprovalProvider,
+// and the name; "" for the manager's flags.
+func providerIndex(k providerKey) string {
+	if k == flagsProvider {
+		return ""
+	}
+	return k.kind + "/" + k.namespace + "/" + k.name
+}
+
+// indexToolCallsByProvider indexes ToolCalls by the provider their acceptance recorded.
+func indexToolCallsByProvider(o client.Object) []string {
+	k, err := acceptedProvider(o.(*tg.ToolCall))
+	if err != nil || k == flagsProvider {
+		return nil
+	}
+	return []string{providerIndex(k)}
+}
+
+// inUse reports whether calls accepted with provider k have not ended yet.
+func (p *providers) inUse(ctx context.Context, k providerKey) (bool, error) {
+	calls := &tg.ToolCallList{}
+	if err := p.cache.List(ctx, calls, client.MatchingFields{providerField: providerIndex(k)}); err != nil {
+		return false, fmt.Errorf("listing the ToolCalls of %s: %w", k, err)
+	}
+	for _, tc := range calls.Items {
+		if !tc.Status.Phase.IsTerminal() {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // namespaceOf is where the Secrets and ConfigMaps of provider k are.

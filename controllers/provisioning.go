@@ -3,11 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -24,12 +26,8 @@ import (
 // instance and credential back. reason and message, when reason is not empty, are the Ready
 // condition's: the instance could not be had.
 func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (reason, message string) {
-	if !controllerutil.ContainsFinalizer(obj, tg.FinalizerInstance) {
-		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(obj, tg.FinalizerInstance)
-		if err := r.Patch(ctx, obj, patch); err != nil {
-			return tg.ReasonProvisioningFailed, fmt.Sprintf("The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
-		}
+	if err := r.addFinalizer(ctx, obj, tg.FinalizerInstance); err != nil {
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
 	}
 	secret, _ := r.providers.credentialOf(k, obj)
 	err := r.providers.live.Get(ctx, secret, &corev1.Secret{})
@@ -112,29 +110,60 @@ func (r *ProviderReconciler) provisioner(k providerKey, obj tg.GenericProvider) 
 	return pc, "", ""
 }
 
-// retire deletes the instance of a deleted provider object, which revokes its credential and
-// cancels its pending requests at the provider, then removes the finalizer. It keeps trying while
-// the provider cannot be reached: an instance left behind would leave its requests pending for
-// approvers nobody waits for.
-func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.GenericProvider) error {
-	if !controllerutil.ContainsFinalizer(obj, tg.FinalizerInstance) {
+// addFinalizer adds finalizer to obj unless it has it.
+func (r *ProviderReconciler) addFinalizer(ctx context.Context, obj tg.GenericProvider, finalizer string) error {
+	if controllerutil.ContainsFinalizer(obj, finalizer) {
 		return nil
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(obj, finalizer)
+	if err := r.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("adding the finalizer %s: %w", finalizer, err)
+	}
+	return nil
+}
+
+// inUseRecheck is how soon a deleted provider object still in use is looked at again.
+const inUseRecheck = 10 * time.Second
+
+// retire lets a deleted provider object go. One with an instance of its own deletes the instance,
+// which revokes its credential and cancels its pending requests at the provider; it keeps trying
+// while the provider cannot be reached, since an instance left behind would leave its requests
+// pending for approvers nobody waits for. One with an issued credential stays until the calls
+// accepted with it ended, which go on waiting for their decisions (and cancelling) through it.
+func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.GenericProvider) (ctrl.Result, error) {
+	if controllerutil.ContainsFinalizer(obj, tg.FinalizerInUse) {
+		busy, err := r.providers.inUse(ctx, k)
+		if err != nil || busy {
+			return ctrl.Result{RequeueAfter: inUseRecheck}, err
+		}
+		if err := r.removeFinalizer(ctx, k, obj, tg.FinalizerInUse); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if !controllerutil.ContainsFinalizer(obj, tg.FinalizerInstance) {
+		return ctrl.Result{}, nil
 	}
 	if inst := obj.GetStatus().Instance; inst != nil && obj.GetSpec().Provisioning != nil {
 		pc, reason, message := r.provisioner(k, obj)
 		if reason != "" {
-			return fmt.Errorf("deleting instance %s of %s: %s", inst.ID, k, message)
+			return ctrl.Result{}, fmt.Errorf("deleting instance %s of %s: %s", inst.ID, k, message)
 		}
-		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		dctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		if err := pc.DeleteInstance(ctx, inst.ID); err != nil {
-			return fmt.Errorf("deleting instance %s of %s: %w", inst.ID, k, err)
+		if err := pc.DeleteInstance(dctx, inst.ID); err != nil {
+			return ctrl.Result{}, fmt.Errorf("deleting instance %s of %s: %w", inst.ID, k, err)
 		}
 	}
+	return ctrl.Result{}, r.removeFinalizer(ctx, k, obj, tg.FinalizerInstance)
+}
+
+// removeFinalizer removes finalizer from obj.
+func (r *ProviderReconciler) removeFinalizer(ctx context.Context, k providerKey, obj tg.GenericProvider, finalizer string) error {
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(obj, tg.FinalizerInstance)
+	controllerutil.RemoveFinalizer(obj, finalizer)
 	if err := r.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the finalizer of %s: %w", k, err)
+		return fmt.Errorf("removing the finalizer %s of %s: %w", finalizer, k, err)
 	}
 	return nil
 }

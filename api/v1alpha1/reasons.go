@@ -7,6 +7,11 @@ const Finalizer = "toolgate.dev/cancel-approval-request"
 // the AAP instance the manager created for it is deleted (which cancels its pending requests).
 const FinalizerInstance = "toolgate.dev/delete-instance"
 
+// FinalizerInUse keeps an ApprovalProvider or ClusterApprovalProvider with spec.credentialSecretRef
+// while calls accepted with it have not ended: they go on using it (waits, cancellations) after its
+// deletion was asked for, and new calls no longer pick it.
+const FinalizerInUse = "toolgate.dev/in-use"
+
 // LabelProvider names the provider object on the Secret of a credential the manager provisioned.
 const LabelProvider = "toolgate.dev/approval-provider"
 

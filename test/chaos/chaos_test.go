@@ -96,6 +96,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	}))
 	rules := faultRules()
 	g.Expect(h.Provider.Faults().Set(rules...)).To(Succeed())
+	namespaceProvider(g, h)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -111,6 +112,11 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 		starts.watch(p, at)
 		return p
 	}
+	// The calls are accepted with the namespace's provider once a manager has checked it; that one
+	// is not one of the run's (its start would count the wait for the first call).
+	setup := startManager(h)
+	waitProviderReady(g, h)
+	setup.Kill()
 	proc := begin()
 	chaosOver := make(chan struct{})
 	managerDone := make(chan struct{})
@@ -154,12 +160,16 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	// (the manager down, the provider failing) and the undecided ones still await their decisions. The
 	// edits withdraw the requests that await decisions (DELETE, under the cancellation faults).
 	editor := newSource(s, streamEditor)
+	rotations := 0 // of the provider object's credential Secret, with each edit of the rules' Tool
 	editsDone := make(chan struct{})
 	agentDone := make(chan struct{})
 	go func() {
 		defer close(editsDone)
 		reportEdit, agent := humans.halfEdited, agentDone
 		var refundEdit <-chan time.Time
+		// Halfway through the agent's calls, the namespace's provider object is deleted: it serves the
+		// calls accepted with it until they end, and the later calls go to the manager's own provider.
+		providerDelete := time.After(spread / 2)
 		refundAfter := time.Duration(editor.Int64N(int64(4 * time.Second)))
 		for {
 			select {
@@ -171,11 +181,17 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 			case <-reportEdit:
 				versions.edit(ctx, h, "export-report")
 				reportEdit = nil
+			case <-providerDelete:
+				deleteNamespaceProvider(ctx, h)
+				providerDelete = nil
 			case <-refundEdit:
 				versions.edit(ctx, h, "issue-refund")
 				refundEdit = nil
 			case <-time.After(2*time.Second + time.Duration(editor.Int64N(int64(4*time.Second)))):
 				versions.edit(ctx, h, "lookup")
+				if rotateCredential(ctx, h, rotations) {
+					rotations++
+				}
 			}
 		}
 	}()
@@ -257,7 +273,8 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	duringChaos := h.Provider.Stats()
 	h.Provider.Faults().Clear()
 	window := time.Since(start)
-	t.Logf("chaos window over after %s, %d kills and %d Tool edits; letting the last manager converge", window.Round(time.Second), kills, versions.edits)
+	t.Logf("chaos window over after %s, %d kills, %d Tool edits and %d rotations of the provider's credential Secret; letting the last manager converge",
+		window.Round(time.Second), kills, versions.edits, rotations)
 
 	// Convergence: every ToolCall terminal or gone.
 	g.Eventually(func() []string {
@@ -267,6 +284,13 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	})
 	humans.wait()
 	keepLog(t, profile, kills, proc)
+	byProvider := map[string]int{}
+	g.Expect(acceptedElsewhere(ctx, h, byProvider)).To(BeEmpty(), "every call is accepted with the namespace's ApprovalProvider, or the manager's own once it was deleted")
+	t.Logf("calls accepted with the namespace's ApprovalProvider: %d; with the manager's own provider after its deletion: %d",
+		byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	g.Expect(byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName]).To(BeNumerically(">", 0))
+	providerGone(g, h)
+	g.Expect(rotations).To(BeNumerically(">", 0), "the provider's credential Secret was rotated during the run")
 
 	rep := audit(ctx, t, h, all, versions, liveBound(starts.longestStart()), killedAt)
 	rep.starts = starts.String()
