@@ -205,7 +205,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
 	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
-		pr := &ProviderReconciler{Client: mgr.GetClient(), kind: kind, providers: provs}
+		pr := &ProviderReconciler{Client: mgr.GetClient(), Clock: o.Clock, kind: kind, providers: provs}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", kind, err)
 		}

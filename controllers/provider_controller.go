@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,8 @@ import (
 // answers 404. The Ready condition says what it found, for the object's generation.
 type ProviderReconciler struct {
 	client.Client
+	// Clock times the deletion of a provider object in use.
+	Clock     clock.PassiveClock
 	kind      string
 	providers *providers
 }

@@ -123,8 +123,13 @@ func (r *ProviderReconciler) addFinalizer(ctx context.Context, obj tg.GenericPro
 	return nil
 }
 
-// inUseRecheck is how soon a deleted provider object still in use is looked at again.
-const inUseRecheck = 10 * time.Second
+const (
+	// inUseRecheck is how soon a deleted provider object still in use is looked at again.
+	inUseRecheck = 10 * time.Second
+	// inUseSettle is how long after its deletion a provider object first counts its calls, longer
+	// than the cache takes to see an acceptance made just before.
+	inUseSettle = 5 * time.Second
+)
 
 // retire lets a deleted provider object go. One with an instance of its own deletes the instance,
 // which revokes its credential and cancels its pending requests at the provider; it keeps trying
@@ -133,6 +138,11 @@ const inUseRecheck = 10 * time.Second
 // accepted with it ended, which go on waiting for their decisions (and cancelling) through it.
 func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.GenericProvider) (ctrl.Result, error) {
 	if controllerutil.ContainsFinalizer(obj, tg.FinalizerInUse) {
+		// A call accepted just before the deletion may not be in the cache yet: the object waits at
+		// least inUseSettle after the deletion began before it counts its calls.
+		if wait := inUseSettle - r.Clock.Since(obj.GetDeletionTimestamp().Time); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 		busy, err := r.providers.inUse(ctx, k)
 		if err != nil || busy {
 			return ctrl.Result{RequeueAfter: inUseRecheck}, err
