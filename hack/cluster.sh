@@ -196,7 +196,7 @@ cmd_install() {
   done
   # Two approvers of the reference provider, each seeing the requests of one instance only (the e2e
   # suite's two teams provision instances of these names).
-  (umask 077 && printf 'alice %s e2e-team-a\nbob %s e2e-team-b\n' "$(cat "${state}/alice-credential")" "$(cat "${state}/bob-credential")" >"${approvers}")
+  (umask 077 && printf 'alice %s instances=e2e-team-a\nbob %s instances=e2e-team-b\n' "$(cat "${state}/alice-credential")" "$(cat "${state}/bob-credential")" >"${approvers}")
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
     --from-file=provisioner-token="${token}" --from-file=approvers="${approvers}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null

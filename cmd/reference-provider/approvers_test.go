@@ -81,13 +81,16 @@ func TestServeRefusesABadApproversFile(t *testing.T) {
 		want    func(path string) string // the error serve returns
 	}{
 		"one field": {"alice\n", func(path string) string {
-			return path + ` line 1: want "NAME CREDENTIAL", got 1 fields`
+			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=NAME,NAME...", got 1 fields`
 		}},
 		"duplicate": {"alice a1\nalice a2\n", func(path string) string {
 			return path + " line 2: approver alice is listed twice"
 		}},
 		"a space in the name": {"al ice a1\n", func(path string) string {
-			return path + ` line 1: want "NAME CREDENTIAL", got 3 fields`
+			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=NAME,NAME...", got 3 fields`
+		}},
+		"a scope without instances": {"alice a1 instances=\n", func(path string) string {
+			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=NAME,NAME...", got 3 fields`
 		}},
 		"bad name": {"al/ice a1\n", func(string) string {
 			return `reference provider: approver name "al/ice": use 1 to 64 letters, digits and . _ @ + - (starting with a letter or digit)`
@@ -105,4 +108,15 @@ func TestServeRefusesABadApproversFile(t *testing.T) {
 			g.Expect(err).To(MatchError(c.want(path)))
 		})
 	}
+}
+
+// An approver line may end with the instances the approver is limited to.
+func TestApproversFileScopesApproversToInstances(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "approvers")
+	g.Expect(os.WriteFile(path, []byte("# who\nalice a1 instances=payments,support\nbob b1\n"), 0o600)).To(Succeed())
+	approvers, scopes, err := readApprovers(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(approvers).To(Equal(map[string]string{"alice": "a1", "bob": "b1"}))
+	g.Expect(scopes).To(Equal(map[string][]string{"alice": {"payments", "support"}}), "bob sees every instance")
 }

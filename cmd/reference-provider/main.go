@@ -81,7 +81,7 @@ func serve(args []string) error {
 	credentialFile := fs.String("credential-file", "", "file holding a static instance credential, bound to the built-in default instance (required unless --provisioner-token-file is given)")
 	provisionerFile := fs.String("provisioner-token-file", "", "file holding the provisioner token, which creates, reads, updates and deletes instances (POST /v1/instances ...), each with its own credential; it cannot make approval requests")
 	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API and the approval page (default: the static instance credential)")
-	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL [INSTANCE,INSTANCE...]\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name (the admin credential records \"admin\"); with the third field they see and decide only the requests of the instances of those names")
+	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL [instances=NAME,NAME...]\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name (the admin credential records \"admin\"); with instances= they see and decide only the requests of the instances of those names")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file")
 	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
@@ -333,9 +333,12 @@ func (c *adminClient) call(method, path string, body, out any) error {
 	return json.Unmarshal(data, out)
 }
 
-// readApprovers reads --approvers-file: "NAME CREDENTIAL [INSTANCE,INSTANCE...]" per line, the
-// optional third field the names of the only instances whose requests the approver sees and decides;
-// blank lines and lines starting with # are skipped. No file, no approvers.
+// instancesPrefix starts the optional third field of an --approvers-file line.
+const instancesPrefix = "instances="
+
+// readApprovers reads --approvers-file: "NAME CREDENTIAL" per line, optionally followed by
+// "instances=NAME,NAME...", the names of the only instances whose requests the approver sees and
+// decides; blank lines and lines starting with # are skipped. No file, no approvers.
 func readApprovers(path string) (map[string]string, map[string][]string, error) {
 	if path == "" {
 		return nil, nil, nil
@@ -351,15 +354,16 @@ func readApprovers(path string) (map[string]string, map[string][]string, error) 
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) != 2 && len(fields) != 3 {
-			return nil, nil, fmt.Errorf("%s line %d: want \"NAME CREDENTIAL [INSTANCE,INSTANCE...]\", got %d fields", path, i+1, len(fields))
+		scoped := len(fields) == 3 && strings.HasPrefix(fields[2], instancesPrefix) && len(fields[2]) > len(instancesPrefix)
+		if len(fields) != 2 && !scoped {
+			return nil, nil, fmt.Errorf("%s line %d: want \"NAME CREDENTIAL\" or \"NAME CREDENTIAL instances=NAME,NAME...\", got %d fields", path, i+1, len(fields))
 		}
 		if _, dup := out[fields[0]]; dup {
 			return nil, nil, fmt.Errorf("%s line %d: approver %s is listed twice", path, i+1, fields[0])
 		}
 		out[fields[0]] = fields[1]
-		if len(fields) == 3 {
-			scopes[fields[0]] = strings.Split(fields[2], ",")
+		if scoped {
+			scopes[fields[0]] = strings.Split(strings.TrimPrefix(fields[2], instancesPrefix), ",")
 		}
 	}
 	return out, scopes, nil
