@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
@@ -65,19 +66,36 @@ func approvalProvider(h *th.Harness, name, url, secret string) *tg.ApprovalProvi
 // generation, and returns it.
 func providerReady(h *th.Harness, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	h.T.Helper()
+	return readyCondition(h, &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: name}}, status, reason)
+}
+
+// readyCondition waits until provider object obj (an ApprovalProvider or a ClusterApprovalProvider,
+// by its key) has a Ready condition with status and reason, for its generation, and returns it.
+func readyCondition(h *th.Harness, obj tg.GenericProvider, status metav1.ConditionStatus, reason string) metav1.Condition {
+	h.T.Helper()
 	var cond metav1.Condition
 	h.G.Eventually(func(g Gomega) {
-		ap := &tg.ApprovalProvider{}
-		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, ap)).To(Succeed())
-		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionReady)
+		g.Expect(h.K8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		c := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
-		g.Expect(ap.Status.ObservedGeneration).To(Equal(ap.Generation))
+		g.Expect(c.ObservedGeneration).To(Equal(obj.GetGeneration()))
+		g.Expect(obj.GetStatus().ObservedGeneration).To(Equal(obj.GetGeneration()))
 		g.Expect(c.Status).To(Equal(status), c.Message)
 		g.Expect(c.Reason).To(Equal(reason), c.Message)
 		cond = *c
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	return cond
+}
+
+// readyTeamProvider starts a second reference provider and makes the ApprovalProvider name for it,
+// with its instance credential in Secret team-credential, and waits until it is Ready.
+func readyTeamProvider(h *th.Harness, name string) *reference.Server {
+	h.T.Helper()
+	team, url := startTeamProvider(h)
+	credentialSecret(h, "team-credential", teamCredential)
+	approvalProvider(h, name, url, "team-credential")
+	providerReady(h, name, metav1.ConditionTrue, tg.ReasonProviderReady)
+	return team
 }
 
 func withProviderRef(kind, name string) func(*tg.Tool) {
@@ -89,10 +107,7 @@ func withProviderRef(kind, name string) func(*tg.Tool) {
 func TestCallGoesToTheProviderItsToolNames(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-credential", teamCredential)
-	approvalProvider(h, "team", url, "team-credential")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	team := readyTeamProvider(h, "team")
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
@@ -117,10 +132,7 @@ func TestCallGoesToTheProviderItsToolNames(t *testing.T) {
 func TestNamespaceDefaultProviderComesBeforeTheManagersOwn(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-credential", teamCredential)
-	approvalProvider(h, tg.DefaultProviderName, url, "team-credential")
-	providerReady(h, tg.DefaultProviderName, metav1.ConditionTrue, tg.ReasonProviderReady)
+	team := readyTeamProvider(h, tg.DefaultProviderName)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
@@ -175,10 +187,7 @@ func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
 func TestDeletedCallIsCancelledAtItsOwnProvider(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-credential", teamCredential)
-	approvalProvider(h, "team", url, "team-credential")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	team := readyTeamProvider(h, "team")
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
@@ -277,13 +286,7 @@ func TestClusterProviderServesTheToolsThatNameIt(t *testing.T) {
 	}}
 	g.Expect(h.K8s.Create(context.Background(), shared)).To(Succeed())
 	t.Cleanup(func() { _ = h.K8s.Delete(context.Background(), shared) })
-	g.Eventually(func(g Gomega) {
-		got := &tg.ClusterApprovalProvider{}
-		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Name: name}, got)).To(Succeed())
-		c := meta.FindStatusCondition(got.Status.Conditions, tg.ConditionReady)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Reason).To(Equal(tg.ReasonProviderReady), c.Message)
-	}).WithTimeout(30 * time.Second).Should(Succeed())
+	readyCondition(h, &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionTrue, tg.ReasonProviderReady)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindClusterApprovalProvider, name))
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
@@ -318,10 +321,7 @@ func TestUnreachableProviderDoesNotHoldCallsBack(t *testing.T) {
 func TestDeletedProviderServesItsCallsUntilTheyEnd(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-credential", teamCredential)
-	approvalProvider(h, tg.DefaultProviderName, url, "team-credential")
-	providerReady(h, tg.DefaultProviderName, metav1.ConditionTrue, tg.ReasonProviderReady)
+	team := readyTeamProvider(h, tg.DefaultProviderName)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)

@@ -184,26 +184,10 @@ func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericPro
 	if known != nil && known.uid == obj.GetUID() && known.generation == obj.GetGeneration() {
 		return known.client, "", nil
 	}
-	spec := obj.GetSpec()
-	ns := p.namespaceOf(k)
-	opts := p.base
-	opts.BaseURL, opts.CredentialFile = spec.URL, ""
-	opts.CABundle = spec.CABundle
-	if ref := spec.CABundleRef; ref != nil {
-		pem, err := p.caBundle(ctx, ns, ref)
-		if err != nil {
-			return nil, tg.ReasonCABundleInvalid, err
-		}
-		opts.CABundle = pem
-	}
 	secret, key := p.credentialOf(k, obj)
-	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), secret, key) }
-	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
-		return nil, tg.ReasonCABundleInvalid, fmt.Errorf("the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
-	}
-	hc, err := provider.NewHTTPClient(opts)
+	hc, reason, err := p.newClient(ctx, k, obj, secret, key)
 	if err != nil {
-		return nil, tg.ReasonCredentialUnavailable, err
+		return nil, reason, err
 	}
 	p.mu.Lock()
 	p.clients[k] = &providerClient{uid: obj.GetUID(), generation: obj.GetGeneration(), client: hc}
@@ -279,11 +263,30 @@ func provisionedSecretName(obj tg.GenericProvider) string {
 	return fmt.Sprintf("%s-aap-credential-%s", name, uid[:min(8, len(uid))])
 }
 
-// forget drops the client of a provider whose object is gone, once nothing waits on it.
-func (p *providers) forget(k providerKey) {
-	p.mu.Lock()
-	delete(p.clients, k)
-	p.mu.Unlock()
+// newClient builds a client for provider object obj (its URL and CA bundle) that authenticates with
+// the token under key in Secret secret: the instance credential, or the provisioner token. reason is
+// the Ready reason of an error.
+func (p *providers) newClient(ctx context.Context, k providerKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, string, error) {
+	spec := obj.GetSpec()
+	opts := p.base
+	opts.BaseURL, opts.CredentialFile = spec.URL, ""
+	opts.CABundle = spec.CABundle
+	if ref := spec.CABundleRef; ref != nil {
+		pem, err := p.caBundle(ctx, p.namespaceOf(k), ref)
+		if err != nil {
+			return nil, tg.ReasonCABundleInvalid, err
+		}
+		opts.CABundle = pem
+	}
+	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
+		return nil, tg.ReasonCABundleInvalid, fmt.Errorf("the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
+	}
+	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), secret, key) }
+	hc, err := provider.NewHTTPClient(opts)
+	if err != nil {
+		return nil, tg.ReasonCredentialUnavailable, err
+	}
+	return hc, "", nil
 }
 
 func keyOr(key, def string) string {

@@ -38,7 +38,7 @@ func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj t
 	case err != nil && !missing:
 		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
 	}
-	pc, reason, message := r.provisioner(k, obj)
+	pc, reason, message := r.provisioner(ctx, k, obj)
 	if reason != "" {
 		return reason, message
 	}
@@ -88,24 +88,12 @@ func provisionFailed(err error) (reason, message string) {
 
 // provisioner is the client that manages the object's instance, with the provisioner token as its
 // credential.
-func (r *ProviderReconciler) provisioner(k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, string) {
-	spec := obj.GetSpec()
-	ref := spec.Provisioning.ProvisionerTokenSecretRef
+func (r *ProviderReconciler) provisioner(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, string) {
+	ref := obj.GetSpec().Provisioning.ProvisionerTokenSecretRef
 	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: ref.Name}
-	key := keyOr(ref.Key, "token")
-	opts := r.providers.base
-	opts.BaseURL, opts.CABundle = spec.URL, spec.CABundle
-	if spec.CABundleRef != nil {
-		pem, err := r.providers.caBundle(context.Background(), secret.Namespace, spec.CABundleRef)
-		if err != nil {
-			return nil, tg.ReasonCABundleInvalid, err.Error()
-		}
-		opts.CABundle = pem
-	}
-	opts.Credential = func() (string, error) { return r.providers.secretValue(context.Background(), secret, key) }
-	pc, err := provider.NewHTTPClient(opts)
+	pc, reason, err := r.providers.newClient(ctx, k, obj, secret, keyOr(ref.Key, "token"))
 	if err != nil {
-		return nil, tg.ReasonCredentialUnavailable, err.Error()
+		return nil, reason, err.Error()
 	}
 	return pc, "", ""
 }
@@ -155,7 +143,7 @@ func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.G
 		return ctrl.Result{}, nil
 	}
 	if inst := obj.GetStatus().Instance; inst != nil && obj.GetSpec().Provisioning != nil {
-		pc, reason, message := r.provisioner(k, obj)
+		pc, reason, message := r.provisioner(ctx, k, obj)
 		if reason != "" {
 			return ctrl.Result{}, fmt.Errorf("deleting instance %s of %s: %s", inst.ID, k, message)
 		}
