@@ -59,6 +59,9 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	if a := pk.annotation(); a != "" {
 		tc.Annotations[tg.AnnotationProvider] = a
 	}
+	if inst := r.providers.instanceOf(ctx, pk); inst != "" {
+		tc.Annotations[tg.AnnotationProviderInstance] = inst
+	}
 	if adm.verdict.Action == tg.ActionApprove {
 		tc.Annotations[tg.AnnotationApprovalRule] = adm.verdict.Rule
 	}

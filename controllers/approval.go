@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -96,9 +97,14 @@ func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Win
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}
-	_, problem, err := r.providers.client(ctx, k, true)
-	if err != nil || problem == "" {
-		return ctrl.Result{}, err != nil, err
+	_, current, problem, err := r.providers.client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	if problem == "" {
+		// The request must live in one instance for the call's whole life: a call accepted before
+		// its provider had an instance records the one it is first submitted to.
+		return ctrl.Result{}, false, r.recordInstance(ctx, sc.tc, current)
 	}
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 		setStatus(sc.tc, lifecycle.ProviderUnreachable.Status(problem))
@@ -106,6 +112,23 @@ func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Win
 	}
 	setStatus(sc.tc, lifecycle.ProviderWaiting.Status(problem))
 	return ctrl.Result{RequeueAfter: providerRecheck}, true, nil
+}
+
+// recordInstance records instance, the provider's current one, as the call's if it names none yet.
+func (r *ToolCallReconciler) recordInstance(ctx context.Context, tc *tg.ToolCall, instance string) error {
+	if instance == "" || tc.Annotations[tg.AnnotationProviderInstance] != "" {
+		return nil
+	}
+	base := tc.DeepCopy()
+	if tc.Annotations == nil {
+		tc.Annotations = map[string]string{}
+	}
+	tc.Annotations[tg.AnnotationProviderInstance] = instance
+	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("recording the provider instance: %w", err)
+	}
+	r.written.wrote(tc)
+	return nil
 }
 
 // withdraw cancels, best effort, the request that an earlier submission of a rejected acceptance

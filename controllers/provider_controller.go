@@ -9,11 +9,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
@@ -59,14 +63,22 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return r.retire(ctx, k, obj)
 	}
 	orig := obj.GetStatus().DeepCopy()
-	status, reason, message := metav1.ConditionFalse, "", ""
+	status, reason, message, renewal := metav1.ConditionFalse, "", "", ""
+	next := reprobeNotReady
 	if obj.GetSpec().Provisioning != nil {
-		reason, message = r.provision(ctx, k, obj)
+		reason, message, renewal = r.provision(ctx, k, obj)
+		var err error
+		if next, err = r.retireReplaced(ctx, k, obj); err != nil {
+			return ctrl.Result{}, err
+		}
 	} else if err := r.addFinalizer(ctx, obj, tg.FinalizerInUse); err != nil {
 		return ctrl.Result{}, err
 	}
 	if reason == "" {
 		status, reason, message = r.check(ctx, k, obj)
+	}
+	if renewal != "" && status == metav1.ConditionTrue {
+		message += " " + renewal
 	}
 	st := obj.GetStatus()
 	st.ObservedGeneration = obj.GetGeneration()
@@ -78,16 +90,32 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, fmt.Errorf("writing the status of %s: %w", k, err)
 		}
 	}
-	if status == metav1.ConditionTrue {
-		return ctrl.Result{RequeueAfter: reprobeReady}, nil
+	return ctrl.Result{RequeueAfter: r.requeue(obj, status, renewal, next)}, nil
+}
+
+// requeue is how soon the object is looked at again: a Ready one at its next probe, one that is not
+// sooner; earlier when its credential is due to be replaced (or its replacement failed) or a
+// replaced instance is to be looked at again (retire, 0 for none).
+func (r *ProviderReconciler) requeue(obj tg.GenericProvider, status metav1.ConditionStatus, renewal string, retire time.Duration) time.Duration {
+	next := reprobeNotReady
+	if status == metav1.ConditionTrue && renewal == "" {
+		next = reprobeReady
 	}
-	return ctrl.Result{RequeueAfter: reprobeNotReady}, nil
+	if retire > 0 {
+		next = min(next, retire)
+	}
+	if inst := provisionedInstance(obj); inst != nil {
+		if due := renewAt(inst).Sub(r.Clock.Now()); due > 0 {
+			next = min(next, due)
+		}
+	}
+	return next
 }
 
 // check builds the provider's client and probes it. Messages name what to fix and never quote the
 // credential or anything that changes from one probe to the next.
 func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.GenericProvider) (metav1.ConditionStatus, string, string) {
-	hc, reason, err := r.providers.ensure(ctx, k, obj)
+	hc, reason, err := r.providers.current(ctx, k, obj)
 	if err != nil {
 		return metav1.ConditionFalse, reason, err.Error()
 	}
@@ -104,7 +132,7 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 	case provider.CodeUnauthenticated:
 		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialExpiresAt != nil {
 			return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
-				"The provider refused the credential it issued for instance %s (401); it expires at %s. AAP has no renewal: delete this object (its pending requests are cancelled) and create it again.",
+				"The provider refused the credential it issued for instance %s (401), which expires at %s; the manager replaces it with a new instance once two thirds of its lifetime have passed. If the provider revoked it sooner, delete this object (its pending requests are cancelled) and create it again.",
 				inst.ID, inst.CredentialExpiresAt.UTC().Format(time.RFC3339))
 		}
 		return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
@@ -125,6 +153,38 @@ func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// A new generation, or the deletion (which sets the deletion timestamp, not the generation).
 		For(newProviderObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting{}))).
+		// A call that ended may have been the last one holding a replaced instance, or a deleted
+		// provider object, back.
+		Watches(&tg.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.heldBy), builder.WithPredicates(callEnded{})).
 		Named(map[string]string{tg.KindApprovalProvider: "approvalprovider", tg.KindClusterApprovalProvider: "clusterapprovalprovider"}[r.kind]).
 		Complete(r)
+}
+
+// heldBy maps a call that ended to its provider object of this reconciler's kind, if the object
+// waits for its calls to end: it has replaced instances, or it is being deleted.
+func (r *ProviderReconciler) heldBy(ctx context.Context, o client.Object) []reconcile.Request {
+	k, err := acceptedProvider(o.(*tg.ToolCall))
+	if err != nil || k.kind != r.kind {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: k.namespace, Name: k.name}
+	obj := newProviderObject(k.kind)
+	if err := r.providers.cache.Get(ctx, key, obj); err != nil {
+		return nil
+	}
+	if len(obj.GetStatus().ReplacedInstances) == 0 && obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// callEnded lets through the update that ends a call.
+type callEnded struct{ predicate.Funcs }
+
+func (callEnded) Create(event.CreateEvent) bool   { return false }
+func (callEnded) Delete(event.DeleteEvent) bool   { return false }
+func (callEnded) Generic(event.GenericEvent) bool { return false }
+func (callEnded) Update(e event.UpdateEvent) bool {
+	was, is := e.ObjectOld.(*tg.ToolCall), e.ObjectNew.(*tg.ToolCall)
+	return !was.Status.Phase.IsTerminal() && is.Status.Phase.IsTerminal()
 }

@@ -54,7 +54,7 @@ func (p callProvider) raw(ctx context.Context, op string) (provider.Client, erro
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeInvalidRequest, Detail: err.Error()}
 	}
-	c, problem, err := p.providers.client(ctx, k, false)
+	c, _, problem, err := p.providers.client(ctx, k, false, p.tc.Annotations[tg.AnnotationProviderInstance])
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Err: err}
 	}

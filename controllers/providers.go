@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -78,19 +80,28 @@ type providers struct {
 	base provider.Options
 
 	mu      sync.Mutex
-	clients map[providerKey]*providerClient
+	clients map[clientKey]*providerClient
 }
 
-// providerClient is the client of one provider object, as built from one generation of it.
+// clientKey names one client: a provider and, for one with spec.provisioning, one of its instances
+// (its current one, or one it replaced that calls still use); "" for a provider's only credential.
+type clientKey struct {
+	providerKey
+	instance string
+}
+
+// providerClient is the client of one provider object, as built from one generation of it and the
+// Secret that holds its credential.
 type providerClient struct {
 	uid        types.UID
 	generation int64
+	secret     types.NamespacedName
 	client     *provider.HTTPClient
 }
 
 func newProviders(cache, live client.Reader, flags provider.Client, clusterNamespace string, base provider.Options) *providers {
 	return &providers{cache: cache, live: live, flags: flags, clusterNamespace: clusterNamespace, base: base,
-		clients: map[providerKey]*providerClient{}}
+		clients: map[clientKey]*providerClient{}}
 }
 
 // resolve picks the provider a new call of tool is accepted with: the Tool's spec.providerRef, else
@@ -129,70 +140,140 @@ func newProviderObject(kind string) tg.GenericProvider {
 	return &tg.ApprovalProvider{}
 }
 
-// client returns the client of provider k. With ready, the provider must have been checked for its
-// current generation and found usable (a new submission): Ready, or only unreachable for now;
-// without, any client that can still reach it will do (a wait or a
-// cancel of a request already submitted, even if the object was since deleted). problem, when not
-// empty, says why there is none: the provider is missing or not Ready.
-func (p *providers) client(ctx context.Context, k providerKey, ready bool) (c provider.Client, problem string, err error) {
+// client returns the client of provider k for a call whose request lives in instance (the call's
+// tg.AnnotationProviderInstance; "" when it names none). With ready, the provider must have been
+// checked for its current generation and found usable (a new submission): Ready, or only
+// unreachable for now; without, any client that can still reach it will do (a wait or a cancel of a
+// request already submitted, even if the object was since deleted). current is the provider's
+// current instance, which a call that names none is recorded with before its first submission.
+// problem, when not empty, says why there is no client: the provider is missing or not Ready, or
+// the instance is no longer kept.
+func (p *providers) client(ctx context.Context, k providerKey, ready bool, instance string) (c provider.Client, current, problem string, err error) {
 	if k == flagsProvider {
 		if p.flags == nil {
-			return nil, "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url", nil
+			return nil, "", "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url", nil
 		}
-		return p.flags, "", nil
+		return p.flags, "", "", nil
 	}
 	obj := newProviderObject(k.kind)
 	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return nil, "", fmt.Errorf("reading %s: %w", k, err)
+			return nil, "", "", fmt.Errorf("reading %s: %w", k, err)
 		}
 		if !ready {
 			p.mu.Lock()
-			known := p.clients[k]
+			known := p.clients[clientKey{k, instance}]
 			p.mu.Unlock()
 			if known != nil {
-				return known.client, "", nil
+				return known.client, "", "", nil
 			}
 		}
-		return nil, k.String() + " does not exist", nil
+		return nil, "", k.String() + " does not exist", nil
 	}
 	if ready {
 		cond := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
 		switch {
 		case cond == nil || cond.ObservedGeneration != obj.GetGeneration():
-			return nil, k.String() + " has not been checked yet", nil
+			return nil, "", k.String() + " has not been checked yet", nil
 		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonProviderUnreachable:
 			// Its settings cannot work (a missing Secret, a refused credential): nothing is
 			// submitted until they are fixed. An unreachable provider is tried all the same: the
 			// submission retries on its own and says why it fails.
-			return nil, fmt.Sprintf("%s is not Ready (%s: %s)", k, cond.Reason, cond.Message), nil
+			return nil, "", fmt.Sprintf("%s is not Ready (%s: %s)", k, cond.Reason, cond.Message), nil
 		}
 	}
-	hc, _, err := p.ensure(ctx, k, obj)
-	if err != nil {
-		return nil, fmt.Sprintf("%s cannot be used: %v", k, err), nil
+	ck, secret, key, problem := p.credentialFor(k, obj, instance)
+	if problem != "" {
+		return nil, "", problem, nil
 	}
-	return hc, "", nil
+	hc, _, err := p.ensure(ctx, ck, obj, secret, key)
+	if err != nil {
+		return nil, "", fmt.Sprintf("%s cannot be used: %v", k, err), nil
+	}
+	current = ""
+	if inst := provisionedInstance(obj); inst != nil {
+		current = inst.ID
+	}
+	return hc, current, "", nil
 }
 
-// ensure returns the client of provider object obj, building it when obj is new or changed. reason
-// is the Ready reason of an error: the object's settings, or what they name, cannot make a client.
-func (p *providers) ensure(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, error) {
+// credentialFor is the client, Secret and key a call whose request lives in instance talks to
+// provider object obj with: the object's credential, or, for an instance it replaced, that
+// instance's own Secret.
+func (p *providers) credentialFor(k providerKey, obj tg.GenericProvider, instance string) (ck clientKey, secret types.NamespacedName, key, problem string) {
+	secret, key = p.credentialOf(k, obj)
+	cur := provisionedInstance(obj)
+	if cur == nil {
+		// An issued credential, or an instance not provisioned yet: one credential.
+		return clientKey{providerKey: k}, secret, key, ""
+	}
+	if instance == "" || instance == cur.ID {
+		return clientKey{k, cur.ID}, secret, key, ""
+	}
+	for _, old := range obj.GetStatus().ReplacedInstances {
+		if old.ID == instance {
+			return clientKey{k, old.ID}, types.NamespacedName{Namespace: p.namespaceOf(k), Name: old.CredentialSecretName}, provisionedKey, ""
+		}
+	}
+	return clientKey{k, instance}, secret, key, fmt.Sprintf("instance %s of %s, where the call's request is, is no longer kept: its credential expired, or the provider object was created anew", instance, k)
+}
+
+// instanceOf is the current instance of provider k, "" if it has none (yet) or is not provisioned.
+func (p *providers) instanceOf(ctx context.Context, k providerKey) string {
+	if k == flagsProvider {
+		return ""
+	}
+	obj := newProviderObject(k.kind)
+	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj); err != nil {
+		return ""
+	}
+	if inst := provisionedInstance(obj); inst != nil {
+		return inst.ID
+	}
+	return ""
+}
+
+// provisionedInstance is the current instance of a provider object with spec.provisioning, nil for
+// one that has none (yet) or authenticates with an issued credential.
+func provisionedInstance(obj tg.GenericProvider) *tg.ProviderInstance {
+	if obj.GetSpec().Provisioning == nil {
+		return nil
+	}
+	return obj.GetStatus().Instance
+}
+
+// ensure returns client ck of provider object obj, authenticating with key of Secret secret,
+// building it when obj is new or changed or the Secret is another. reason is the Ready reason of an
+// error: the object's settings, or what they name, cannot make a client.
+func (p *providers) ensure(ctx context.Context, ck clientKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, string, error) {
 	p.mu.Lock()
-	known := p.clients[k]
+	known := p.clients[ck]
 	p.mu.Unlock()
-	if known != nil && known.uid == obj.GetUID() && known.generation == obj.GetGeneration() {
+	if known != nil && known.uid == obj.GetUID() && known.generation == obj.GetGeneration() && known.secret == secret {
 		return known.client, "", nil
 	}
-	secret, key := p.credentialOf(k, obj)
-	hc, reason, err := p.newClient(ctx, k, obj, secret, key)
+	hc, reason, err := p.newClient(ctx, ck.providerKey, obj, secret, key)
 	if err != nil {
 		return nil, reason, err
 	}
 	p.mu.Lock()
-	p.clients[k] = &providerClient{uid: obj.GetUID(), generation: obj.GetGeneration(), client: hc}
+	p.clients[ck] = &providerClient{uid: obj.GetUID(), generation: obj.GetGeneration(), secret: secret, client: hc}
 	p.mu.Unlock()
 	return hc, "", nil
+}
+
+// current returns the client of provider object obj's own credential: its issued one, or its
+// current instance's.
+func (p *providers) current(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, error) {
+	ck, secret, key, _ := p.credentialFor(k, obj, "")
+	return p.ensure(ctx, ck, obj, secret, key)
+}
+
+// drop forgets the client of an instance that was deleted.
+func (p *providers) drop(ck clientKey) {
+	p.mu.Lock()
+	delete(p.clients, ck)
+	p.mu.Unlock()
 }
 
 // providerField indexes ToolCalls by the provider their acceptance recorded (providerIndex).
@@ -230,6 +311,20 @@ func (p *providers) inUse(ctx context.Context, k providerKey) (bool, error) {
 	return false, nil
 }
 
+// inUseBy reports whether calls whose requests live in instance id of provider k have not ended.
+func (p *providers) inUseBy(ctx context.Context, k providerKey, id string) (bool, error) {
+	calls := &tg.ToolCallList{}
+	if err := p.cache.List(ctx, calls, client.MatchingFields{providerField: providerIndex(k)}); err != nil {
+		return false, fmt.Errorf("listing the ToolCalls of %s: %w", k, err)
+	}
+	for _, tc := range calls.Items {
+		if !tc.Status.Phase.IsTerminal() && tc.Annotations[tg.AnnotationProviderInstance] == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // namespaceOf is where the Secrets and ConfigMaps of provider k are.
 func (p *providers) namespaceOf(k providerKey) string {
 	if k.kind == tg.KindClusterApprovalProvider {
@@ -243,7 +338,11 @@ func (p *providers) namespaceOf(k providerKey) string {
 func (p *providers) credentialOf(k providerKey, obj tg.GenericProvider) (types.NamespacedName, string) {
 	spec := obj.GetSpec()
 	if spec.Provisioning != nil || spec.CredentialSecretRef == nil {
-		return types.NamespacedName{Namespace: p.namespaceOf(k), Name: provisionedSecretName(obj)}, provisionedKey
+		name := provisionedSecretName(obj, "")
+		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialSecretName != "" {
+			name = inst.CredentialSecretName
+		}
+		return types.NamespacedName{Namespace: p.namespaceOf(k), Name: name}, provisionedKey
 	}
 	return types.NamespacedName{Namespace: p.namespaceOf(k), Name: spec.CredentialSecretRef.Name}, keyOr(spec.CredentialSecretRef.Key, "token")
 }
@@ -251,16 +350,22 @@ func (p *providers) credentialOf(k providerKey, obj tg.GenericProvider) (types.N
 // provisionedKey is the key of the credential in a Secret the manager owns.
 const provisionedKey = "token"
 
-// provisionedSecretName is the Secret that holds the credential of the instance the manager created
+// provisionedSecretName is the Secret that holds the credential of an instance the manager created
 // for obj: named after the object and this incarnation of it (its UID), so that an object deleted and
-// created again never reads the credential of the instance its predecessor had.
-func provisionedSecretName(obj tg.GenericProvider) string {
+// created again never reads the credential of the instance its predecessor had, and, for an instance
+// that replaced another (replaces, the id of the one it replaced), after that one too.
+func provisionedSecretName(obj tg.GenericProvider, replaces string) string {
 	name := obj.GetName()
 	if len(name) > 200 {
 		name = name[:200]
 	}
 	uid := string(obj.GetUID())
-	return fmt.Sprintf("%s-aap-credential-%s", name, uid[:min(8, len(uid))])
+	s := fmt.Sprintf("%s-aap-credential-%s", name, uid[:min(8, len(uid))])
+	if replaces != "" {
+		sum := sha256.Sum256([]byte(replaces))
+		s += "-" + hex.EncodeToString(sum[:4])
+	}
+	return s
 }
 
 // newClient builds a client for provider object obj (its URL and CA bundle) that authenticates with

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -23,21 +24,60 @@ import (
 // Secret with the instance's credential: it adds the finalizer (so the instance is deleted with the
 // object), then, unless the Secret exists, asks the provider for the instance under the object's
 // UID as Idempotency-Key. A repeat after a crash, or after someone deleted the Secret, gets the same
-// instance and credential back. reason and message, when reason is not empty, are the Ready
-// condition's: the instance could not be had.
-func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (reason, message string) {
+// instance and credential back. A credential that expires is replaced by a new instance once two
+// thirds of its lifetime have passed (replace). reason and message, when reason is not empty, are the
+// Ready condition's: the instance could not be had. renewal, when not empty, says why a replacement
+// failed; the current credential is still valid.
+func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (reason, message, renewal string) {
 	if err := r.addFinalizer(ctx, obj, tg.FinalizerInstance); err != nil {
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err)), ""
 	}
 	secret, _ := r.providers.credentialOf(k, obj)
 	err := r.providers.live.Get(ctx, secret, &corev1.Secret{})
 	missing := apierrors.IsNotFound(err)
+	inst := obj.GetStatus().Instance
 	switch {
-	case err == nil && obj.GetStatus().Instance != nil:
-		return "", ""
+	case err == nil && inst != nil && !r.Clock.Now().Before(renewAt(inst)):
+		if reason, message := r.newInstance(ctx, k, obj, inst.ID); reason != "" {
+			return "", "", fmt.Sprintf("Its credential expires at %s and could not be replaced yet (%s): %s",
+				inst.CredentialExpiresAt.UTC().Format(time.RFC3339), reason, message)
+		}
+		return "", "", ""
+	case err == nil && inst != nil:
+		return "", "", ""
 	case err != nil && !missing:
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err)), ""
 	}
+	replaces := ""
+	if inst != nil {
+		// The Secret of the current instance is gone: the provisioning that created the instance
+		// is replayed to get its credential back.
+		replaces = inst.Replaces
+	}
+	reason, message = r.newInstance(ctx, k, obj, replaces)
+	return reason, message, ""
+}
+
+// renewAt is when the credential of inst is replaced: once two thirds of its lifetime have passed,
+// as cert-manager renews certificates, which leaves the calls submitted to it a third of its
+// lifetime to end. Never for a credential that does not expire.
+func renewAt(inst *tg.ProviderInstance) time.Time {
+	if inst.CredentialExpiresAt == nil {
+		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	exp := inst.CredentialExpiresAt.Time
+	if inst.CredentialIssuedAt == nil {
+		return exp
+	}
+	return inst.CredentialIssuedAt.Add(exp.Sub(inst.CredentialIssuedAt.Time) * 2 / 3)
+}
+
+// newInstance provisions the object's instance: the first one (replaces empty), under the object's
+// UID as Idempotency-Key, or the one that replaces instance replaces, under a key derived from both,
+// so that a repeat after a crash gets the same instance and credential back. It keeps the
+// credential in a Secret the object owns and records the instance in the status; the instance it
+// replaces joins status.replacedInstances.
+func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, replaces string) (reason, message string) {
 	pc, reason, message := r.provisioner(ctx, k, obj)
 	if reason != "" {
 		return reason, message
@@ -46,30 +86,110 @@ func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj t
 	if name == "" {
 		name = k.String()
 	}
+	key := string(obj.GetUID())
+	if replaces != "" {
+		key += "/replaces/" + replaces
+	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	got, err := pc.ProvisionInstance(ctx, string(obj.GetUID()), provider.ProvisionInstanceRequest{InstanceName: name})
+	got, err := pc.ProvisionInstance(ctx, key, provider.ProvisionInstanceRequest{InstanceName: name})
 	if err != nil {
 		return provisionFailed(err)
 	}
-	if missing {
-		owned := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{tg.LabelProvider: obj.GetName()}},
-			Data:       map[string][]byte{provisionedKey: []byte(got.Credential.Token)},
-		}
-		if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
-			return tg.ReasonProvisioningFailed, err.Error()
-		}
-		if err := r.Create(ctx, owned); err != nil && !apierrors.IsAlreadyExists(err) {
-			return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
-		}
+	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: provisionedSecretName(obj, replaces)}
+	owned := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{tg.LabelProvider: obj.GetName()}},
+		Data:       map[string][]byte{provisionedKey: []byte(got.Credential.Token)},
 	}
-	inst := &tg.ProviderInstance{ID: got.Instance.ID, Name: got.Instance.Name, CredentialSecretName: secret.Name}
+	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
+		return tg.ReasonProvisioningFailed, err.Error()
+	}
+	if err := r.Create(ctx, owned); err != nil && !apierrors.IsAlreadyExists(err) {
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
+	}
+	st := obj.GetStatus()
+	if cur := st.Instance; cur != nil && cur.ID == got.Instance.ID {
+		return "", "" // the Secret of the current instance was made again
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	inst := &tg.ProviderInstance{ID: got.Instance.ID, Name: got.Instance.Name, CredentialSecretName: secret.Name, Replaces: replaces, CredentialIssuedAt: &now}
 	if got.Credential.ExpiresAt != nil {
 		inst.CredentialExpiresAt = &metav1.Time{Time: *got.Credential.ExpiresAt}
 	}
-	obj.GetStatus().Instance = inst
+	if cur := st.Instance; cur != nil {
+		st.ReplacedInstances = append(st.ReplacedInstances, *cur)
+	}
+	st.Instance = inst
 	return "", ""
+}
+
+// retireReplaced deletes, at the provider, each replaced instance that no call uses any more, or
+// whose credential expired (its requests can no longer be read: deleting it cancels them, so that
+// no approver decides what nobody waits for), and forgets it. It returns how soon to look again
+// while some are kept, 0 when none is.
+func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providerKey, obj tg.GenericProvider) (time.Duration, error) {
+	st := obj.GetStatus()
+	if len(st.ReplacedInstances) == 0 {
+		return 0, nil
+	}
+	// A call accepted just before the replacement, with the instance it replaced, may not be in the
+	// cache yet: the replaced instances are counted from inUseSettle after the replacement on.
+	if cur := st.Instance; cur != nil && cur.CredentialIssuedAt != nil {
+		if wait := inUseSettle - r.Clock.Since(cur.CredentialIssuedAt.Time); wait > 0 {
+			return wait, nil
+		}
+	}
+	var keep []tg.ProviderInstance
+	next := time.Duration(0)
+	for _, old := range st.ReplacedInstances {
+		expired := old.CredentialExpiresAt != nil && !r.Clock.Now().Before(old.CredentialExpiresAt.Time)
+		if !expired {
+			busy, err := r.providers.inUseBy(ctx, k, old.ID)
+			if err != nil {
+				return 0, err
+			}
+			if busy {
+				keep = append(keep, old)
+				next = minPositive(next, inUseRecheck)
+				if old.CredentialExpiresAt != nil {
+					next = min(next, old.CredentialExpiresAt.Sub(r.Clock.Now()))
+				}
+				continue
+			}
+		}
+		if err := r.deleteInstance(ctx, k, obj, old.ID); err != nil {
+			log.FromContext(ctx).Error(err, "a replaced instance could not be deleted yet", "provider", k.String(), "instance", old.ID)
+			keep = append(keep, old)
+			next = minPositive(next, reprobeNotReady)
+			continue
+		}
+		r.providers.drop(clientKey{k, old.ID})
+	}
+	st.ReplacedInstances = keep
+	return next, nil
+}
+
+// minPositive is the smaller of a and b, ignoring a 0 a.
+func minPositive(a, b time.Duration) time.Duration {
+	if a == 0 {
+		return b
+	}
+	return min(a, b)
+}
+
+// deleteInstance deletes instance id of the object at the provider, with the provisioner token:
+// its credential is revoked and its pending requests cancelled.
+func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, id string) error {
+	pc, reason, message := r.provisioner(ctx, k, obj)
+	if reason != "" {
+		return fmt.Errorf("deleting instance %s of %s: %s", id, k, message)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := pc.DeleteInstance(ctx, id); err != nil {
+		return fmt.Errorf("deleting instance %s of %s: %w", id, k, err)
+	}
+	return nil
 }
 
 // provisionFailed is the Ready condition of a provisioning the provider refused or did not answer.
@@ -142,15 +262,11 @@ func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.G
 	if !controllerutil.ContainsFinalizer(obj, tg.FinalizerInstance) {
 		return ctrl.Result{}, nil
 	}
-	if inst := obj.GetStatus().Instance; inst != nil && obj.GetSpec().Provisioning != nil {
-		pc, reason, message := r.provisioner(ctx, k, obj)
-		if reason != "" {
-			return ctrl.Result{}, fmt.Errorf("deleting instance %s of %s: %s", inst.ID, k, message)
-		}
-		dctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		defer cancel()
-		if err := pc.DeleteInstance(dctx, inst.ID); err != nil {
-			return ctrl.Result{}, fmt.Errorf("deleting instance %s of %s: %w", inst.ID, k, err)
+	if st := obj.GetStatus(); st.Instance != nil && obj.GetSpec().Provisioning != nil {
+		for _, inst := range append([]tg.ProviderInstance{*st.Instance}, st.ReplacedInstances...) {
+			if err := r.deleteInstance(ctx, k, obj, inst.ID); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 	}
 	return ctrl.Result{}, r.removeFinalizer(ctx, k, obj, tg.FinalizerInstance)

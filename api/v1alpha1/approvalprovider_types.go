@@ -99,7 +99,15 @@ type ProviderInstance struct {
 	// credentialSecretName is the Secret, owned by the provider object, that holds the issued
 	// credential under the key "token".
 	CredentialSecretName string `json:"credentialSecretName"`
-	// credentialExpiresAt is when the issued credential expires, if the provider said.
+	// replaces is the id of the instance this one replaced when that one's credential neared its
+	// expiry; empty for the object's first instance.
+	// +optional
+	Replaces string `json:"replaces,omitempty"`
+	// credentialIssuedAt is when the manager received the credential.
+	// +optional
+	CredentialIssuedAt *metav1.Time `json:"credentialIssuedAt,omitempty"`
+	// credentialExpiresAt is when the issued credential expires, if the provider said. The manager
+	// replaces such a credential with a new instance once two thirds of its lifetime have passed.
 	// +optional
 	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
 }
@@ -134,9 +142,15 @@ type ApprovalProviderStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// instance is the AAP instance the manager created (spec.provisioning).
+	// instance is the AAP instance the manager created (spec.provisioning), which new calls use.
 	// +optional
 	Instance *ProviderInstance `json:"instance,omitempty"`
+	// replacedInstances are earlier instances whose expiring credential was replaced by a new
+	// instance. Each is kept, with its Secret, while calls submitted to it have not ended, and deleted
+	// at the provider once they have, or once its credential expired.
+	// +listType=atomic
+	// +optional
+	ReplacedInstances []ProviderInstance `json:"replacedInstances,omitempty"`
 }
 
 // ApprovalProvider is an AAP v1 approvals provider for the Tools of its namespace.

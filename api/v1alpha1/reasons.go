@@ -40,6 +40,11 @@ const (
 	// "ClusterApprovalProvider/name", or "" for the manager's own provider flags. Every later step
 	// (submit, wait, cancel) uses it. Absent on a call accepted before providers were resources: the flags.
 	AnnotationProvider = "toolgate.dev/provider"
+	// AnnotationProviderInstance is the AAP instance, of a provider with spec.provisioning, that the
+	// call's request is submitted to and read from: the provider's instance when the call was accepted,
+	// or, if it had none yet, when the call was first submitted. A replaced instance keeps serving the
+	// calls that name it until they end.
+	AnnotationProviderInstance = "toolgate.dev/provider-instance"
 	// AnnotationToolName is the Tool's metadata.name at acceptance, sent in the request's context.
 	AnnotationToolName = "toolgate.dev/tool-name"
 	// AnnotationApprovalRule names the Approve rule that decided the call at acceptance. Its presence

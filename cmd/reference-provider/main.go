@@ -1,6 +1,6 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--tls-cert crt --tls-key key [--http2]]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--credential-lifetime 720h] [--tls-cert crt --tls-key key [--http2]]
 //	                          [--zap-log-level info] [--zap-encoder json|console] (the manager's log flags; logs go to stderr)
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
 //	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
@@ -87,6 +87,7 @@ func serve(args []string) error {
 	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
 	minTimeout := fs.Duration("min-timeout", time.Second, "smallest timeout a submission may request")
 	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest timeout a submission may request")
+	credentialLifetime := fs.Duration("credential-lifetime", 0, "how long an instance credential issued by provisioning is valid, given as its expires_at (0: credentials do not expire)")
 	maxWindow := fs.Duration("max-window", 0, "longest approval window granted: a request asking for a longer timeout gets deadline_at = created_at + this (0: as long as the timeout asks)")
 	retention := fs.Duration("retention", reference.MinRetention, "how long terminal requests and their idempotency keys are kept after decided_at (at least 168h)")
 	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
@@ -137,6 +138,7 @@ func serve(args []string) error {
 		ProvisionerToken:        provisionerToken,
 		AdminCredential:         adminCredential,
 		MaxWindow:               *maxWindow,
+		CredentialLifetime:      *credentialLifetime,
 		Retention:               *retention,
 		Approvers:               approvers,
 		ApproverInstances:       scopes,

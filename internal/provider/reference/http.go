@@ -126,9 +126,12 @@ func (s *Server) authenticate(r *http.Request) (p principal, ok bool) {
 		return principal{instance: s.defaultInstance.ID}, true
 	}
 	s.credMu.RLock()
-	defer s.credMu.RUnlock()
-	instance, ok := s.creds[got]
-	return principal{instance: instance}, ok
+	cred, ok := s.creds[got]
+	s.credMu.RUnlock()
+	if !ok || (cred.expiresAt != nil && !s.clock.Now().Before(*cred.expiresAt)) {
+		return principal{}, false
+	}
+	return principal{instance: cred.instance}, true
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -59,9 +60,15 @@ func (s *Server) loadInstances() error {
 		if err != nil {
 			return err
 		}
-		s.creds[h] = id
+		s.creds[h] = issued{instance: id, expiresAt: s.instances[id].CredentialExpiresAt}
 	}
 	return nil
+}
+
+// issued is what a live instance credential authenticates as: its instance, until it expires.
+type issued struct {
+	instance  string
+	expiresAt *time.Time
 }
 
 func credentialHash(hexSum string) ([sha256.Size]byte, error) {
@@ -127,13 +134,17 @@ func (s *Server) provision(ctx context.Context, key, name, fp string, delay func
 	if ir.Name == "" {
 		ir.Name = "instance-" + ir.ID[:8]
 	}
-	res = provider.ProvisionInstanceResponse{Instance: ir.wire(), Credential: provider.IssuedCredential{Token: token}}
+	if s.opts.CredentialLifetime > 0 {
+		exp := now.Add(s.opts.CredentialLifetime)
+		ir.CredentialExpiresAt = &exp
+	}
+	res = provider.ProvisionInstanceResponse{Instance: ir.wire(), Credential: provider.IssuedCredential{Token: token, ExpiresAt: ir.CredentialExpiresAt}}
 	if err := s.store.createInstance(ir, provisionRecord{Fingerprint: fp, InstanceID: ir.ID, CreatedAt: now, Result: &res}); err != nil {
 		return provider.ProvisionInstanceResponse{}, false, err
 	}
 	s.instances[ir.ID] = ir
 	s.credMu.Lock()
-	s.creds[sum] = ir.ID
+	s.creds[sum] = issued{instance: ir.ID, expiresAt: ir.CredentialExpiresAt}
 	s.credMu.Unlock()
 	s.log.Info("instance provisioned", "instance", ir.ID, "name", ir.Name)
 	return res, false, nil

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	. "github.com/onsi/gomega"
@@ -160,4 +162,29 @@ func TestFaultsOnInstanceOperations(t *testing.T) {
 	e.g.Expect(res.Instance.Name).To(Equal("lost"))
 	e.g.Expect(e.stats().Instances).To(BeEquivalentTo(2))
 	e.g.Expect(e.stats().Responses[reference.OpInstances]).To(Equal(map[int]int64{0: 1, 200: 1}))
+}
+
+// With a credential lifetime, provisioning gives the credential's expires_at (replays the same), the
+// credential makes requests until then and is refused with 401 from then on, also after a restart
+// from the store; the provider's other credentials are not affected.
+func TestIssuedCredentialExpires(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "expiry.db")
+	opts := reference.Options{DBPath: dbPath, Credential: credential, ProvisionerToken: provisioner, CredentialLifetime: time.Hour}
+	e := start(t, func(o *reference.Options) { opts.Clock = o.Clock; *o = opts })
+	res := e.provision("p", `{}`, http.StatusCreated)
+	e.g.Expect(res.Credential.ExpiresAt).To(HaveValue(BeTemporally("==", t0.Add(time.Hour))))
+	e.g.Expect(e.provision("p", `{}`, http.StatusOK).Credential).To(Equal(res.Credential), "a replay gives the same credential and expiry")
+	token := res.Credential.Token
+
+	e.clock.Step(time.Hour - time.Second)
+	e.expectRequest(e.do(e.submitRequestAs(token, "before", refund())), http.StatusCreated)
+
+	e.clock.Step(time.Second)
+	e.expectError(e.do(e.submitRequestAs(token, "after", refund())), http.StatusUnauthorized, provider.CodeUnauthenticated)
+	e.expectRequest(e.submit("static", refund()), http.StatusCreated)
+
+	// The expiry is kept in the store: a provider started again from it refuses the credential too.
+	e.g.Expect(e.srv.Close()).To(Succeed())
+	e.open(opts)
+	e.expectError(e.do(e.submitRequestAs(token, "after", refund())), http.StatusUnauthorized, provider.CodeUnauthenticated)
 }

@@ -39,6 +39,10 @@ type Options struct {
 	// DELETE /v1/instances/{id}); it cannot make approval requests, and an instance credential cannot
 	// manage instances. Empty means no instance can be provisioned.
 	ProvisionerToken string
+	// CredentialLifetime is how long an instance credential issued by provisioning is valid; its
+	// expires_at is given with it, and the provider refuses it (401) from then on. Zero means issued
+	// credentials do not expire.
+	CredentialLifetime time.Duration
 	// AdminCredential is the bearer token of the admin API and of the approval page (/ui/). Empty means
 	// Credential (then required).
 	AdminCredential string
@@ -151,6 +155,8 @@ func (o Options) check() error {
 		return errors.New("the provisioner token must differ from the instance and admin credentials: give each role its own")
 	case o.MinTimeout > o.MaxTimeout:
 		return fmt.Errorf("MinTimeout %v exceeds MaxTimeout %v", o.MinTimeout, o.MaxTimeout)
+	case o.CredentialLifetime < 0:
+		return fmt.Errorf("CredentialLifetime %v is negative: leave it 0 for credentials that do not expire", o.CredentialLifetime)
 	case o.MaxWindow < 0:
 		return fmt.Errorf("MaxWindow %v is negative: leave it 0 for windows as long as the timeout asks", o.MaxWindow)
 	case o.Retention < MinRetention:
@@ -183,7 +189,7 @@ type Server struct {
 	closed    bool
 
 	credMu sync.RWMutex
-	creds  map[[sha256.Size]byte]string // live instance credential hash -> instance id
+	creds  map[[sha256.Size]byte]issued // live instance credential hash -> its instance and expiry
 
 	keysMu   sync.Mutex
 	inflight map[string]chan struct{} // idempotency keys held by an operation; closed on release
@@ -237,7 +243,7 @@ func New(opts Options) (*Server, error) {
 		done:            make(chan struct{}),
 		pending:         map[string]*watch{},
 		instances:       map[string]instanceRecord{},
-		creds:           map[[sha256.Size]byte]string{},
+		creds:           map[[sha256.Size]byte]issued{},
 		inflight:        map[string]chan struct{}{},
 	}
 	if err := errors.Join(s.loadInstances(), s.resume(), s.startPurge()); err != nil {

@@ -20,6 +20,8 @@ type instanceRecord struct {
 	DeletedAt *time.Time `json:"deleted_at,omitempty"`
 	// Credential is the hex SHA-256 of the instance's credential; empty once deleted.
 	Credential string `json:"credential_sha256,omitempty"`
+	// CredentialExpiresAt is when the credential expires (Options.CredentialLifetime); nil for never.
+	CredentialExpiresAt *time.Time `json:"credential_expires_at,omitempty"`
 	// ProvisionKey is the Idempotency-Key of the provisioning that created it.
 	ProvisionKey string `json:"provision_key"`
 }
