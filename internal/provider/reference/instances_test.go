@@ -3,8 +3,8 @@ package reference_test
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
