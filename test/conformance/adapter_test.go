@@ -484,6 +484,29 @@ func TestAdapter8_CancelsPendingRequestsWhenExecutionIsAbandoned(t *testing.T) {
 		g.Expect(w.Jobs()).To(BeEmpty())
 	})
 
+	t.Run("pending-at-the-waiting-limit", func(t *testing.T) {
+		// The provider's clock stands still: the request is still pending, never expired by the
+		// provider, when the manager stops waiting at deadline_at + the final-state margin.
+		clk := clocktesting.NewFakeClock(time.Now())
+		w := newWorld(t, func(o *aapstrict.Options) { o.Clock = clk })
+		g := w.G
+		clk.SetTime(time.Now())
+		// Our limit: 20s - the Tool's 5s - the 1s return margin = 14s after creation, room for the
+		// 5s timeout and the 2s final-state margin.
+		w.ToolCall("refund", "issue_refund", th.RefundArgs, 20*time.Second, ptr.To(5*time.Second))
+		req := w.pending("refund")
+		u := w.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+		g.Expect(u.Status.Reason).To(Equal(tg.ReasonWaitingLimitReached))
+		g.Expect(u.Status.Message).To(ContainSubstring("no decision arrived before the waiting limit, so the request was withdrawn"))
+		got, _ := w.P.Get(req.ID)
+		g.Expect(got.Status).To(Equal(aapstrict.StatusCancelled), "withdrawn while still pending")
+		deletes := methods(w.exchanges("", req.ID), http.MethodDelete)
+		g.Expect(deletes).To(HaveLen(1))
+		g.Expect(deletes[0].Status).To(Equal(http.StatusOK), "by DELETE /v1/requests/{id}")
+		g.Expect(deletes[0].At).To(BeTemporally(">=", req.DeadlineAt.Add(th.TestTiming().FinalStateMargin)), "not before the limit")
+		g.Expect(w.Jobs()).To(BeEmpty())
+	})
+
 	t.Run("deleted-before-the-request-id-was-recorded", func(t *testing.T) {
 		w := newWorld(t, nil)
 		g := w.G
