@@ -56,6 +56,7 @@ func TestGoClientOutcomesAgainstAStrictProvider(t *testing.T) {
 			g.Expect(req.AgentReasoning).To(HaveValue(Equal("The customer was charged twice.")))
 			w.approve(req.ID, 5*time.Minute)
 			running := w.WaitPhase("approved", tg.PhaseRunning)
+			g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 			w.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 			var o outcome
 			g.Eventually(approved).WithTimeout(30 * time.Second).Should(Receive(&o))
@@ -147,6 +148,7 @@ func TestMCPGatewayOutcomesAgainstAStrictProvider(t *testing.T) {
 		g.Expect(req.Timeout).To(MatchRegexp(`^[1-9][0-9]*m$`), "the manager's own timeout, in one unit")
 		w.approve(req.ID, 5*time.Minute)
 		running := w.WaitPhase(name, tg.PhaseRunning)
+		g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 		w.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 		var o outcome
 		g.Eventually(done).WithTimeout(60 * time.Second).Should(Receive(&o))
