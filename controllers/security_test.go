@@ -161,6 +161,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	g.Eventually(func() int { return proxy.count(reference.OpGet) }).WithTimeout(30 * time.Second).Should(Equal(2))
 	h.Approve(req.ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	h.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 	h.WaitPhase("refund", tg.PhaseSucceeded)
 
@@ -265,6 +266,7 @@ func TestProviderOverTLSWithItsCA(t *testing.T) {
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	h.FinishJob(running.Status.JobName, true, "ok")
 	h.WaitPhase("refund", tg.PhaseSucceeded)
 	g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1))
