@@ -4,9 +4,11 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -40,7 +42,7 @@ func main() {
 	flag.StringVar(&credentialFile, "provider-credential-file", "", "File holding the provider instance credential (mounted from a Secret).")
 	flag.StringVar(&caFile, "provider-ca-file", "", "PEM file of CAs to trust for the provider instead of the system pool.")
 	flag.StringVar(&o.ClusterResourceNamespace, "cluster-resource-namespace", o.ClusterResourceNamespace, "Namespace of the Secrets and ConfigMaps that ClusterApprovalProviders name.")
-	flag.DurationVar(&o.PollWait, "poll-wait", o.PollWait, "Long-poll wait sent as ?wait= (at most 30s, AAP's cap).")
+	flag.DurationVar(&o.PollWait, "poll-wait", o.PollWait, "Long-poll wait sent as ?wait= (1s to 30s, AAP's cap).")
 	flag.DurationVar(&timing.ReturnMargin, "return-margin", timing.ReturnMargin, "Time kept at the end of a waiting limit to return the result.")
 	flag.DurationVar(&timing.FinalStateMargin, "final-state-margin", timing.FinalStateMargin, "Time allowed after the provider deadline to read its final state.")
 	flag.DurationVar(&timing.SubmitAllowance, "submit-allowance", timing.SubmitAllowance, "Time left for submitting when the approval timeout is defaulted.")
@@ -60,8 +62,8 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
-	if o.PollWait <= 0 || o.PollWait > provider.MaxLongPollWait {
-		log.Error(nil, "--poll-wait must be between 1s and "+provider.MaxLongPollWait.String()+" (AAP caps a long poll's wait at 30s)", "poll-wait", o.PollWait)
+	if err := checkPollWait(o.PollWait); err != nil {
+		log.Error(err, "invalid configuration")
 		os.Exit(2)
 	}
 	if namespaces != "" {
@@ -89,4 +91,12 @@ func main() {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// checkPollWait refuses a --poll-wait under a second or over AAP's cap on a long poll's wait.
+func checkPollWait(d time.Duration) error {
+	if d < time.Second || d > provider.MaxLongPollWait {
+		return fmt.Errorf("--poll-wait %s: use a wait between 1s and %s (AAP caps a long poll's wait at %s)", d, provider.MaxLongPollWait, provider.MaxLongPollWait)
+	}
+	return nil
 }

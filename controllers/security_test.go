@@ -84,7 +84,7 @@ func operation(r *http.Request) reference.Operation {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/requests":
 		return reference.OpSubmit
-	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel"):
+	case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/requests/"):
 		return reference.OpCancel
 	default:
 		return reference.OpGet
@@ -127,7 +127,7 @@ func errorResponse(status int, code, message string) (int, string) {
 
 // The provider credential never reaches the manager's log (at debug level), the namespace's events,
 // or the ToolCalls (status and annotations), through a 401 and a credential fix, approval, the Job,
-// and provider answers that quote the credential back.
+// a cancel on deletion, and provider answers that quote the credential back.
 func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	cred, wrong := secret(t), secret(t)
 	h := th.New(t, env, th.WithoutManager(), th.WithProvider(func(o *reference.Options) { o.Credential = cred }))
@@ -161,6 +161,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	g.Eventually(func() int { return proxy.count(reference.OpGet) }).WithTimeout(30 * time.Second).Should(Equal(2))
 	h.Approve(req.ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	h.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 	h.WaitPhase("refund", tg.PhaseSucceeded)
 
@@ -183,6 +184,17 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	g.Expect(refused.Status.Reason).To(Equal(tg.ReasonProviderRefused))
 	g.Expect(refused.Status.Message).To(ContainSubstring("[redacted]"))
 
+	// A failed cancel (DELETE) that quotes it: the deleted ToolCall's request is cancelled on the retry.
+	h.ToolCall("withdrawn", "issue_refund", th.RefundArgs, 3*time.Minute, nil)
+	withdrawn := h.PendingRequest("withdrawn")
+	proxy.answer(reference.OpCancel, 1, func(auth string) (int, string) {
+		return errorResponse(http.StatusBadGateway, "upstream:"+auth, "upstream refused Authorization: "+auth)
+	})
+	g.Expect(h.K8s.Delete(ctx, h.Get("withdrawn"))).To(Succeed())
+	h.WaitGone("withdrawn", 30*time.Second)
+	g.Expect(proxy.count(reference.OpCancel)).To(Equal(1))
+	g.Expect(h.Provider.Get(withdrawn.ID)).To(HaveField("Status", provider.StatusCancelled))
+
 	var eventsJSON []byte
 	g.Eventually(func(g Gomega) {
 		list := &eventsv1.EventList{}
@@ -191,7 +203,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 		for _, e := range list.Items {
 			reasons = append(reasons, e.Reason)
 		}
-		g.Expect(reasons).To(ContainElements(tg.ReasonSubmitFailed, tg.ReasonJobSucceeded, tg.ReasonUntrustedProviderResponse, tg.ReasonProviderRefused))
+		g.Expect(reasons).To(ContainElements(tg.ReasonSubmitFailed, tg.ReasonJobSucceeded, tg.ReasonUntrustedProviderResponse, tg.ReasonProviderRefused, tg.ReasonCancelRequested))
 		core := &corev1.EventList{}
 		g.Expect(h.K8s.List(ctx, core, client.InNamespace(h.NS))).To(Succeed())
 		a, err := json.Marshal(list)
@@ -214,6 +226,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="wait"}`),
 		"an error code AAP's table does not give that status (a 502's) is counted by its status, never as a label of its own")
 	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="forbidden",op="submit"}`))
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="cancel"}`))
 
 	log := p.Log()
 	g.Expect(log).To(ContainSubstring(`"level":"debug"`), "the manager logged at debug level")
@@ -253,6 +266,7 @@ func TestProviderOverTLSWithItsCA(t *testing.T) {
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	h.FinishJob(running.Status.JobName, true, "ok")
 	h.WaitPhase("refund", tg.PhaseSucceeded)
 	g.Expect(h.Provider.Stats().Creates).To(BeEquivalentTo(1))

@@ -75,6 +75,7 @@ func TestRunAgainstAStrictProvider(t *testing.T) {
 			_, err := p.Approve(req.ID, 5*time.Minute, "The duplicate charge has been confirmed.")
 			g.Expect(err).NotTo(HaveOccurred())
 			running := h.WaitPhase("approved", tg.PhaseRunning)
+			g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 			h.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 			g.Expect(inv.exit(g)).To(Equal(exitSucceeded))
 			g.Expect(inv.stdout.String()).To(Equal(`{"refund_id":"re_1"}` + "\n"))

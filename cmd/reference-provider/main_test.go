@@ -166,7 +166,10 @@ func TestServeSeedProfileWorksWithTheClient(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		if decision == "--approve" {
 			g.Expect(decided.Status).To(Equal(provider.StatusApproved))
+			g.Expect(decided.Decision.DecidedAt).NotTo(BeNil())
 			g.Expect(decided.Decision.ExpiresAt).NotTo(BeNil())
+			// serve's --approval-validity, 5m by default, since decide gave no --valid-for.
+			g.Expect(decided.Decision.ExpiresAt.Sub(*decided.Decision.DecidedAt)).To(BeNumerically("~", 5*time.Minute, time.Second))
 		} else {
 			g.Expect(decided.Status).To(Equal(provider.StatusDenied))
 		}

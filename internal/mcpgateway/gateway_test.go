@@ -446,7 +446,13 @@ func TestToolChangesDuringASessionAreAnnouncedAndListed(t *testing.T) {
 	g.Expect(w.Get(name).Spec.Tool).To(Equal("restart_pod"))
 	_, err = w.Provider.Decide(w.PendingRequest(name).ID, provider.StatusDenied, "not now", nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(w.outcome(done).res.IsError).To(BeTrue())
+	denied := w.outcome(done)
+	g.Expect(denied.err).NotTo(HaveOccurred(), "a denial is a tool result, not a protocol error")
+	g.Expect(denied.res.IsError).To(BeTrue())
+	g.Expect(text(denied.res)).To(And(
+		ContainSubstring("The call to restart_pod did not run: a human denied it."),
+		ContainSubstring("Phase: Denied (reason: Denied)"),
+		ContainSubstring("Approver's note: not now")))
 
 	for len(changed) > 0 {
 		<-changed

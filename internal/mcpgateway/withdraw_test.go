@@ -94,7 +94,7 @@ func TestAbandonedCallsOfCallersWithoutDeleteAreWithdrawn(t *testing.T) {
 	defer cancelClose()
 	g.Expect(w.gw.Close(closeCtx)).To(Succeed())
 	w.expectWithdrawn(name, req)
-	g.Expect(w.outcome(done).err).To(HaveOccurred())
+	g.Expect(w.outcome(done).err).To(MatchError(`calling "tools/call": the MCP gateway is shutting down`))
 	g.Expect(w.gw.ownedNames()).To(BeEmpty())
 }
 

@@ -22,9 +22,6 @@ const (
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderRequestID      = "X-Request-ID"
 	ContentTypeJSON      = "application/json"
-	// ContentTypeProblemJSON is the former dialect's error body type (AAP's errors are JSON
-	// ErrorResponses): kept only until its last user moves off it.
-	ContentTypeProblemJSON = "application/problem+json"
 )
 
 // Limits.

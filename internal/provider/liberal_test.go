@@ -178,19 +178,21 @@ func TestErrorBodiesClassifiedByStatus(t *testing.T) {
 	}
 	for _, tc := range cases {
 		for _, eb := range errorBodies {
+			want := tc.code
+			if eb.name == "ErrorResponse" && tc.ofErrorResponse != "" {
+				want = tc.ofErrorResponse
+			}
+			if tc.op == "cancel" && want == provider.CodeAlreadyTerminal {
+				// A cancel's 409 that is not instance_deleted reads the request rather than failing:
+				// TestCancelConflictReadsTheRequest covers these bodies.
+				continue
+			}
 			t.Run(tc.name+" "+eb.name, func(t *testing.T) {
 				t.Parallel()
 				g := newG(t)
 				body := []byte(eb.body)
-				want := tc.code
 				if eb.name == "ErrorResponse" {
 					body = errorJSON(t, tc.status, tc.errorCode, "the provider's message", "")
-					if tc.ofErrorResponse != "" {
-						want = tc.ofErrorResponse
-					}
-				}
-				if tc.op == "cancel" && want == provider.CodeAlreadyTerminal {
-					t.Skip("a cancel's 409 read the request: TestCancelConflictReadsTheRequest")
 				}
 				success := http.StatusOK
 				if tc.op == "submit" {

@@ -355,6 +355,7 @@ func TestWaitingWatchesAndNeverPolls(t *testing.T) {
 		WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(BeZero())
 	h.Approve(req.ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	h.FinishJob(running.Status.JobName, true, "ok")
 
 	o := receive(g, done)

@@ -49,7 +49,15 @@ func start(t *testing.T, opts ...func(*Options)) *peer {
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	base := s.Start()
 	t.Cleanup(s.Close)
-	return &peer{t: t, g: NewWithT(t), s: s, base: base, hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+	return &peer{t: t, g: newWithT(t), s: s, base: base, hc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+}
+
+// newWithT is NewWithT whose Eventually waits up to 10s unless told otherwise: gomega's default of
+// 1s is short on a loaded machine.
+func newWithT(t *testing.T) *WithT {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(10 * time.Second)
+	return g
 }
 
 // withFakeClock gives the provider a fake clock at a fixed instant and returns it.

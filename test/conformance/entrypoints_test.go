@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"testing"
@@ -56,6 +57,7 @@ func TestGoClientOutcomesAgainstAStrictProvider(t *testing.T) {
 			g.Expect(req.AgentReasoning).To(HaveValue(Equal("The customer was charged twice.")))
 			w.approve(req.ID, 5*time.Minute)
 			running := w.WaitPhase("approved", tg.PhaseRunning)
+			g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 			w.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 			var o outcome
 			g.Eventually(approved).WithTimeout(30 * time.Second).Should(Receive(&o))
@@ -72,7 +74,12 @@ func TestGoClientOutcomesAgainstAStrictProvider(t *testing.T) {
 			_, err := w.P.Deny(req.ID, "Not a duplicate.")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Eventually(denied).WithTimeout(30 * time.Second).Should(Receive(&o))
-			g.Expect(o.err).To(HaveOccurred())
+			g.Expect(o.err).To(MatchError(toolcall.ErrDenied))
+			var denial *toolcall.Error
+			g.Expect(errors.As(o.err, &denial)).To(BeTrue(), "%v", o.err)
+			g.Expect(*denial).To(Equal(toolcall.Error{Phase: tg.PhaseDenied, Reason: tg.ReasonDenied, Name: "denied", Note: "Not a duplicate.",
+				Message: `A human denied the call: "Not a duplicate.". The call did not run.`}))
+			g.Expect(o.err).To(MatchError(`toolcall denied: Denied: A human denied the call: "Not a duplicate.". The call did not run.`))
 			g.Expect(o.res.ToolCall.Status.Phase).To(Equal(tg.PhaseDenied))
 			g.Expect(o.res.ToolCall.Status.Decision.Note).To(Equal("Not a duplicate."))
 			got, _ := w.P.Get(req.ID)
@@ -147,6 +154,7 @@ func TestMCPGatewayOutcomesAgainstAStrictProvider(t *testing.T) {
 		g.Expect(req.Timeout).To(MatchRegexp(`^[1-9][0-9]*m$`), "the manager's own timeout, in one unit")
 		w.approve(req.ID, 5*time.Minute)
 		running := w.WaitPhase(name, tg.PhaseRunning)
+		g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 		w.FinishJob(running.Status.JobName, true, `{"refund_id":"re_1"}`)
 		var o outcome
 		g.Eventually(done).WithTimeout(60 * time.Second).Should(Receive(&o))

@@ -43,9 +43,10 @@ import (
 const Credential = "test-instance-credential"
 
 // ProfileEnv names the environment variable that chooses the reference provider's wire format for
-// every harness of a test run: "full" (the default) or "seed" (exactly the seed's HTTP example: no
-// arguments_sha256, plain-text errors, no cancel endpoint). `make test` runs the controller scenarios
-// once with each.
+// every harness of a test run: "full" (the default) or "seed" (the fewest fields AAP allows: errors
+// are plain text, and requests carry only the required fields and the decision, without
+// agent_reasoning or context; replays are answered 200 and DELETE /v1/requests/{id} cancels, as in
+// the full profile). `make test` runs the controller scenarios once with each.
 const ProfileEnv = "TOOLGATE_PROVIDER_PROFILE"
 
 // Profile is the reference provider profile ProfileEnv chooses.
