@@ -9,10 +9,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,6 +27,9 @@ import (
 // MinRetention is the shortest retention AAP allows: a terminal request and its idempotency key are
 // kept for at least seven days after decided_at.
 const MinRetention = 168 * time.Hour
+
+// maxWebhookTimeout is the longest a receiver may take to answer, as AAP says.
+const maxWebhookTimeout = 10 * time.Second
 
 // Options configure a Server. Zero values take the documented defaults.
 type Options struct {
@@ -81,6 +86,16 @@ type Options struct {
 	// can decide no other. An approver without an entry sees every instance's requests, as the admin
 	// credential does. Optional.
 	ApproverInstances map[string][]string
+	// AllowedWebhookNetworks are address ranges a webhook receiver may be at although they are not
+	// public (loopback, private, link-local, metadata and the like are otherwise refused), for local
+	// clusters and tests, e.g. 10.0.0.0/8 or 127.0.0.0/8. Optional.
+	AllowedWebhookNetworks []netip.Prefix
+	// WebhookRootCAs are the roots that webhook receivers' certificates must chain to. Default: the
+	// system roots.
+	WebhookRootCAs *x509.CertPool
+	// WebhookTimeout bounds a receiver verification and every delivery attempt: at most, and by
+	// default, 10s, as AAP says.
+	WebhookTimeout time.Duration
 }
 
 // Profile is how the provider API answers. Both profiles are conforming AAP v1 providers with the
@@ -134,6 +149,9 @@ func (o Options) withDefaults() Options {
 	if o.Retention == 0 {
 		o.Retention = MinRetention
 	}
+	if o.WebhookTimeout <= 0 || o.WebhookTimeout > maxWebhookTimeout {
+		o.WebhookTimeout = maxWebhookTimeout
+	}
 	if o.MaxWait <= 0 || o.MaxWait > maxWait {
 		o.MaxWait = maxWait
 	}
@@ -175,6 +193,8 @@ type Server struct {
 	faults          *Faults
 	stats           statsRecorder
 	handler         http.Handler
+	webhooks        *http.Client // reaches webhook receivers
+	deliveries      *deliveries
 	done            chan struct{} // closed by Close: long polls and delays return
 
 	mu        sync.Mutex // serialises state changes; guards the fields below
@@ -239,8 +259,11 @@ func New(opts Options) (*Server, error) {
 		instances:       map[string]instanceRecord{},
 		creds:           map[[sha256.Size]byte]string{},
 		inflight:        map[string]chan struct{}{},
+		deliveries:      newDeliveries(),
 	}
-	if err := errors.Join(s.loadInstances(), s.resume(), s.startPurge()); err != nil {
+	s.webhooks = s.newWebhookClient()
+	if err := errors.Join(s.loadInstances(), s.resume(), s.resumeDeliveries(), s.startPurge()); err != nil {
+		s.deliveries.stop()
 		return nil, errors.Join(err, st.close(), removeAll(tempDir))
 	}
 	s.handler = withRequestID(s.withApprovalPage(s.routes()))
@@ -356,6 +379,8 @@ func (s *Server) Close() error {
 			w.timer.Stop()
 		}
 		s.mu.Unlock()
+		s.deliveries.stop()
+		s.webhooks.CloseIdleConnections()
 		errs = append(errs, s.store.close(), removeAll(s.tempDir))
 		s.closeErr = errors.Join(errs...)
 	})
