@@ -1,0 +1,45 @@
+package reference
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// The destination check runs on the address every connection dials, after name resolution, so a
+// name that resolves to a refused address later (DNS rebinding) cannot be reached.
+func TestEveryConnectionChecksItsAddress(t *testing.T) {
+	g := NewWithT(t)
+	var hits atomic.Int64
+	rc := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(rc.Close)
+	_, port, _ := strings.Cut(strings.TrimPrefix(rc.URL, "https://"), ":")
+
+	s, err := New(Options{Credential: "c"})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(s.Close()).To(Succeed()) })
+	for _, url := range []string{rc.URL, "https://localhost:" + port} {
+		_, err = s.webhooks.Post(url, "application/json", strings.NewReader("{}"))
+		g.Expect(err).To(MatchError(errForbiddenDestination), url)
+	}
+	g.Expect(hits.Load()).To(BeZero(), "no connection was made")
+	for _, addr := range []string{"127.0.0.1:443", "10.0.0.1:443", "[::1]:443", "169.254.169.254:80", "[fd00:ec2::254]:80", "[::ffff:10.0.0.1]:443"} {
+		g.Expect(s.controlDial("tcp", addr, nil)).To(MatchError(errForbiddenDestination), addr)
+	}
+	g.Expect(s.controlDial("tcp", "93.184.215.14:443", nil)).To(Succeed())
+	g.Expect(s.controlDial("tcp", "[2606:4700::1]:443", nil)).To(Succeed())
+
+	allowed, err := New(Options{Credential: "c", AllowedWebhookNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(allowed.Close()).To(Succeed()) })
+	allowed.webhooks.Transport.(*http.Transport).TLSClientConfig.RootCAs = rc.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	resp, err := allowed.webhooks.Post(rc.URL, "application/json", strings.NewReader("{}"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Body.Close()).To(Succeed())
+	g.Expect(hits.Load()).To(BeEquivalentTo(1))
+}
