@@ -206,3 +206,33 @@ func TestReceiverDestinations(t *testing.T) {
 	allowed.expectError(allowed.provisionResponse("k", deliveryBody("webhook", "https://[::1]/aap", uuid.NewString(), newSecret(e.g))),
 		http.StatusBadRequest, provider.CodeInvalidWebhookURL)
 }
+
+// A notified request is kept until a day after its delivery ended, when that is later than its
+// retention.
+func TestANotifiedRequestIsKeptADayAfterItsDeliveryEnded(t *testing.T) {
+	ca := testcert.NewCA(t, "receivers")
+	e, _ := startWebhooks(t, ca)
+	rc := newReceiver(t, ca)
+	rc.answerWith(failWith(http.StatusInternalServerError))
+	res := e.hooked("p", rc)
+	req := e.createAs(res.Credential.Token, "r")
+	_, err := e.srv.Decide(req.ID, provider.StatusDenied, "", nil)
+	e.g.Expect(err).NotTo(HaveOccurred())
+	e.g.Eventually(e.failures()).Should(BeEquivalentTo(1))
+
+	e.clock.Step(reference.MinRetention) // the next attempt finds the seven days over: delivery ends
+	e.g.Eventually(func() int64 { return e.stats().DeliveriesAbandoned }).Should(BeEquivalentTo(1))
+	e.clock.Step(time.Hour)
+	e.g.Expect(e.srv.Purge()).To(BeZero(), "past its retention, but its delivery ended an hour ago")
+	e.g.Expect(e.srv.Get(req.ID)).To(HaveField("Status", provider.StatusDenied))
+
+	e.clock.Step(23*time.Hour + time.Minute)
+	e.g.Eventually(func() error {
+		_, err := e.srv.Purge()
+		if err != nil {
+			return err
+		}
+		_, err = e.srv.Get(req.ID)
+		return err
+	}).Should(MatchError(reference.ErrNotFound))
+}
