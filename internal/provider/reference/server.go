@@ -35,7 +35,8 @@ const maxWebhookTimeout = 10 * time.Second
 type Options struct {
 	// DBPath is the bbolt file holding requests, instances and idempotency keys. Empty means a temporary
 	// file that Close removes. It holds provisioned instances' credentials (for provisioning replays)
-	// until the instances are deleted: keep it private (it is created 0600).
+	// until the instances are deleted, and their webhook signing secrets: keep it private (it is
+	// created 0600).
 	DBPath string
 	// Credential is a static instance credential, bound to the built-in default instance
 	// (DefaultInstance). Required unless ProvisionerToken is set.
@@ -88,7 +89,8 @@ type Options struct {
 	ApproverInstances map[string][]string
 	// AllowedWebhookNetworks are address ranges a webhook receiver may be at although they are not
 	// public (loopback, private, link-local, metadata and the like are otherwise refused), for local
-	// clusters and tests, e.g. 10.0.0.0/8 or 127.0.0.0/8. Optional.
+	// clusters and tests, e.g. 10.0.0.0/8 or 127.0.0.0/8. An address in one of them is allowed even if
+	// it is a cloud metadata address: leave 169.254.0.0/16 and fd00::/8 out. Optional.
 	AllowedWebhookNetworks []netip.Prefix
 	// WebhookRootCAs are the roots that webhook receivers' certificates must chain to. Default: the
 	// system roots.
@@ -216,7 +218,8 @@ type Server struct {
 }
 
 // New opens (or creates) the store and returns a Server that is not yet listening: call Start or StartTLS,
-// or mount Handler. Pending requests found in the store resume their deadlines.
+// or mount Handler. Pending requests found in the store resume their deadlines, and undelivered
+// notifications their delivery.
 func New(opts Options) (*Server, error) {
 	opts = opts.withDefaults()
 	if err := opts.check(); err != nil {
@@ -262,7 +265,7 @@ func New(opts Options) (*Server, error) {
 		deliveries:      newDeliveries(),
 	}
 	s.webhooks = s.newWebhookClient()
-	if err := errors.Join(s.loadInstances(), s.resume(), s.resumeDeliveries(), s.startPurge()); err != nil {
+	if err := errors.Join(s.loadInstances(), s.resumeDeliveries(), s.resume(), s.startPurge()); err != nil {
 		s.deliveries.stop()
 		return nil, errors.Join(err, st.close(), removeAll(tempDir))
 	}
