@@ -196,6 +196,7 @@ type Server struct {
 	stats           statsRecorder
 	handler         http.Handler
 	webhooks        *http.Client // reaches webhook receivers
+	webhookLimits   *webhookLimiter
 	deliveries      *deliveries
 	done            chan struct{} // closed by Close: long polls and delays return
 
@@ -263,6 +264,7 @@ func New(opts Options) (*Server, error) {
 		creds:           map[[sha256.Size]byte]string{},
 		inflight:        map[string]chan struct{}{},
 		deliveries:      newDeliveries(),
+		webhookLimits:   newWebhookLimiter(),
 	}
 	s.webhooks = s.newWebhookClient()
 	if err := errors.Join(s.loadInstances(), s.resumeDeliveries(), s.resume(), s.startPurge()); err != nil {

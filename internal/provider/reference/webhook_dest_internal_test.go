@@ -1,12 +1,15 @@
 package reference
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -42,4 +45,38 @@ func TestEveryConnectionChecksItsAddress(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.Body.Close()).To(Succeed())
 	g.Expect(hits.Load()).To(BeEquivalentTo(1))
+}
+
+// Outbound webhook exchanges are bounded per receiver host and in all.
+func TestWebhookConcurrencyIsBounded(t *testing.T) {
+	g := NewWithT(t)
+	l := newWebhookLimiter()
+	var releases []func()
+	for i := range maxWebhookHostConcurrency {
+		release, err := l.acquire(t.Context(), "https://receiver.example/aap/"+strconv.Itoa(i))
+		g.Expect(err).NotTo(HaveOccurred())
+		releases = append(releases, release)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := l.acquire(ctx, "https://receiver.example/other")
+	g.Expect(err).To(MatchError(context.DeadlineExceeded), "a fifth exchange with one host waits")
+	other, err := l.acquire(t.Context(), "https://elsewhere.example/aap")
+	g.Expect(err).NotTo(HaveOccurred(), "another host has its own slots")
+	other()
+	releases[0]()
+	release, err := l.acquire(t.Context(), "https://receiver.example/aap")
+	g.Expect(err).NotTo(HaveOccurred(), "a slot freed")
+	release()
+
+	held := maxWebhookHostConcurrency - 1 // releases[1:] still hold theirs
+	for i := held; i < maxWebhookConcurrency; i++ {
+		release, err := l.acquire(t.Context(), "https://host"+strconv.Itoa(i)+".example/")
+		g.Expect(err).NotTo(HaveOccurred())
+		defer release()
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = l.acquire(ctx, "https://one-more.example/")
+	g.Expect(err).To(MatchError(context.DeadlineExceeded), "no more than maxWebhookConcurrency in all")
 }

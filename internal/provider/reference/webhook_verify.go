@@ -38,6 +38,11 @@ func (s *Server) send(ctx context.Context, d *deliveryConfig, id string, body []
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing secret: %w", err)
 	}
+	release, err := s.webhookLimits.acquire(ctx, d.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
 	now := time.Now()
 	sig, err := wh.Sign(id, now, body)
 	if err != nil {
