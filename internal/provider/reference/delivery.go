@@ -18,8 +18,8 @@ import (
 // expiry at its deadline, cancellation by DELETE), the transaction that records the outcome also
 // records one request.resolved event. Deleting the instance cancels its pending requests without
 // notifications and ends its outstanding deliveries; removing delivery (PATCH delivery: null) ends
-// them too. A replaced receiver gets the queued events at once, signed with its own secret; their
-// ids, bodies and retry deadlines stay.
+// them too. A replaced receiver gets the queued events at once (after the attempt in flight, if
+// any), signed with its own secret; their ids, bodies and retry deadlines stay.
 //
 // Each event is attempted promptly, then retried with exponential backoff and jitter (from
 // firstRetryDelay, doubling, up to maxRetryDelay, plus up to 20%) until a 2xx acknowledges it or
@@ -42,13 +42,14 @@ type deliveries struct {
 	mu       sync.Mutex
 	timers   map[string]clock.Timer
 	inflight map[string]bool
+	rerun    map[string]bool // events asked for at once while an attempt was in flight
 	ctx      context.Context // cancelled by Close: attempts in flight end
 	cancel   context.CancelFunc
 }
 
 func newDeliveries() *deliveries {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &deliveries{timers: map[string]clock.Timer{}, inflight: map[string]bool{}, ctx: ctx, cancel: cancel}
+	return &deliveries{timers: map[string]clock.Timer{}, inflight: map[string]bool{}, rerun: map[string]bool{}, ctx: ctx, cancel: cancel}
 }
 
 // stop ends every timer and attempt (Close).
@@ -148,16 +149,24 @@ func (s *Server) redeliverLocked(instance string) error {
 func (s *Server) attemptDelivery(id string) {
 	d := s.deliveries
 	d.mu.Lock()
-	if d.inflight[id] || d.ctx.Err() != nil {
+	if d.ctx.Err() != nil {
+		d.mu.Unlock()
+		return
+	}
+	if d.inflight[id] { // never two at once: the attempt in flight schedules the next one at once
+		d.rerun[id] = true
 		d.mu.Unlock()
 		return
 	}
 	d.inflight[id] = true
 	delete(d.timers, id)
 	d.mu.Unlock()
+	rerun := false
 	done := func() {
 		d.mu.Lock()
 		delete(d.inflight, id)
+		rerun = d.rerun[id]
+		delete(d.rerun, id)
 		d.mu.Unlock()
 	}
 
@@ -217,6 +226,9 @@ func (s *Server) attemptDelivery(id string) {
 	}
 	s.mu.Unlock()
 	done()
+	if rerun { // the receiver was replaced during the attempt: try the new one now
+		next = now
+	}
 	s.scheduleDelivery(id, next)
 	s.stats.update(func(st *Stats) { st.DeliveryAttempts++; st.DeliveryFailures++ })
 }
