@@ -17,6 +17,7 @@ require (
 	github.com/prometheus/procfs v0.21.1
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/pflag v1.0.10
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
 	github.com/yuin/gopher-lua v1.1.2
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/zap v1.27.1

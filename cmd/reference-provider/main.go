@@ -1,6 +1,7 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
 //	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--credential-lifetime 720h] [--tls-cert crt --tls-key key [--http2]]
+//	                          [--allow-webhook-networks 10.0.0.0/8,127.0.0.0/8] [--webhook-ca-file ca.pem]
 //	                          [--zap-log-level info] [--zap-encoder json|console] (the manager's log flags; logs go to stderr)
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
 //	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
@@ -91,6 +92,8 @@ func serve(args []string) error {
 	maxWindow := fs.Duration("max-window", 0, "longest approval window granted: a request asking for a longer timeout gets deadline_at = created_at + this (0: as long as the timeout asks)")
 	retention := fs.Duration("retention", reference.MinRetention, "how long terminal requests and their idempotency keys are kept after decided_at (at least 168h)")
 	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
+	allowNetworks := fs.String("allow-webhook-networks", "", "comma-separated CIDR prefixes where webhook receivers may be although not public, e.g. 10.0.0.0/8,127.0.0.0/8 for a local cluster (default: only public addresses)")
+	webhookCAFile := fs.String("webhook-ca-file", "", "PEM file of the CA certificates webhook receivers' certificates must chain to (default: the system roots)")
 	profileName := fs.String("profile", string(reference.ProfileFull), "how the AAP API answers: full (ErrorResponse bodies, agent_reasoning and context echoed) or seed (the fewest fields AAP allows, plain-text errors)")
 	// One line per state change, on stderr, with the manager's --zap-* flags (JSON at info by default).
 	zapOpts := zap.Options{}
@@ -131,6 +134,14 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	networks, err := parseNetworks(*allowNetworks)
+	if err != nil {
+		return err
+	}
+	webhookCAs, err := readCAFile(*webhookCAFile)
+	if err != nil {
+		return err
+	}
 
 	srv, err := reference.New(reference.Options{
 		DBPath:                  *db,
@@ -147,6 +158,8 @@ func serve(args []string) error {
 		DefaultApprovalValidity: *validity,
 		HTTP2:                   *http2,
 		Profile:                 profile,
+		AllowedWebhookNetworks:  networks,
+		WebhookRootCAs:          webhookCAs,
 		Logger:                  zap.New(zap.UseFlagOptions(&zapOpts)),
 	})
 	if err != nil {

@@ -401,8 +401,8 @@ func TestProvider11_InstanceDeletionRevokesCancelsAndKeepsTerminalOutcomes(t *te
 	} {
 		e.expectError(e.do(req), http.StatusUnauthorized, provider.CodeUnauthenticated)
 	}
-	// This provider has no delivery to stop: it cannot be configured.
-	e.expectError(e.provisionResponse("hooked", `{"delivery":{"type":"webhook"}}`), http.StatusBadRequest, provider.CodeUnsupportedDeliveryType)
+	// That deletion ends webhook delivery, and sends no notification of its cancellations, is
+	// TestDeletingTheInstanceEndsDelivery's (delivery_test.go).
 }
 
 // 12. Make instance updates and deletion safe to retry without restoring a deleted instance or

@@ -12,14 +12,14 @@ var instanceFields = []string{"instance_name", "delivery"}
 
 // instanceBody is a validated ProvisionInstanceRequest or UpdateInstanceRequest.
 type instanceBody struct {
-	name        *string
-	fingerprint string
+	name           *string
+	delivery       *deliveryConfig
+	removeDelivery bool
+	fingerprint    string
 }
 
 // parseInstanceBody validates the body of POST /v1/instances (what) or PATCH /v1/instances/{id}.
-// Delivery (asynchronous mode) is not supported: a delivery object is refused with
-// unsupported_delivery_type; in an update, null (remove delivery) is accepted and changes nothing,
-// as there is none.
+// delivery is a webhook receiver (parseDelivery); in an update, null removes the receiver.
 func parseInstanceBody(data []byte, update bool) (instanceBody, reply, bool) {
 	what := "a ProvisionInstanceRequest"
 	if update {
@@ -44,9 +44,13 @@ func parseInstanceBody(data []byte, update bool) (instanceBody, reply, bool) {
 	if raw, present := fields["delivery"]; present {
 		switch {
 		case string(raw) == "null" && update:
+			body.removeDelivery = true
 		case len(raw) > 0 && raw[0] == '{':
-			return instanceBody{}, failParam(provider.CodeUnsupportedDeliveryType, "delivery",
-				"this provider supports synchronous mode only (no webhook delivery): omit delivery and poll for decisions"), false
+			d, rp, ok := parseDelivery(raw)
+			if !ok {
+				return instanceBody{}, rp, false
+			}
+			body.delivery = d
 		default:
 			return instanceBody{}, failParam(provider.CodeInvalidRequest, "delivery", "delivery must be an object (a webhook configuration)"), false
 		}
@@ -73,8 +77,11 @@ func (s *Server) handleProvision(c *call) reply {
 	if body.name != nil {
 		name = *body.name
 	}
-	res, replayed, err := s.provision(c.r.Context(), key, name, body.fingerprint, c.delay)
+	res, replayed, err := s.provision(c.r.Context(), key, name, body.fingerprint, body.delivery, c.delay)
+	var rf *refusal
 	switch {
+	case errors.As(err, &rf):
+		return rf.rp
 	case errors.Is(err, errAborted):
 		return reply{}
 	case errors.Is(err, errKeyConflict):
@@ -133,8 +140,12 @@ func (s *Server) handleUpdateInstance(c *call) reply {
 	if !ok {
 		return rp
 	}
-	inst, _, err := s.updateInstance(c.r.Context(), instanceUpdate{id: id, key: key, fingerprint: body.fingerprint, name: body.name}, c.delay)
+	inst, _, err := s.updateInstance(c.r.Context(), instanceUpdate{id: id, key: key, fingerprint: body.fingerprint, name: body.name,
+		delivery: body.delivery, removeDelivery: body.removeDelivery}, c.delay)
+	var rf *refusal
 	switch {
+	case errors.As(err, &rf):
+		return rf.rp
 	case errors.Is(err, errAborted):
 		return reply{}
 	case errors.Is(err, errKeyConflict):

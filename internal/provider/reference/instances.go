@@ -99,9 +99,16 @@ func (s *Server) instanceLocked(id string) (instanceRecord, bool) {
 	return ir, ok
 }
 
+// refusal is an operation refused with a given answer (a receiver that failed its checks).
+type refusal struct{ rp reply }
+
+func (r *refusal) Error() string { return "refused" }
+
 // provision creates an instance and its credential, or returns the result of the provisioning its
-// Idempotency-Key already made (replayed): the same instance and credential.
-func (s *Server) provision(ctx context.Context, key, name, fp string, delay func() error) (
+// Idempotency-Key already made (replayed): the same instance and credential. With a receiver
+// (delivery), the receiver is checked and verified first, with the instance's id to be; nothing is
+// committed unless it passes (a *refusal says why not). A replay verifies nothing again.
+func (s *Server) provision(ctx context.Context, key, name, fp string, delivery *deliveryConfig, delay func() error) (
 	res provider.ProvisionInstanceResponse, replayed bool, err error) {
 	lock := "provision\x00" + key
 	if !s.acquire(ctx, lock) {
@@ -111,18 +118,19 @@ func (s *Server) provision(ctx context.Context, key, name, fp string, delay func
 	if err := delay(); err != nil {
 		return res, false, err
 	}
+	if res, replayed, err := s.provisionReplay(key, fp); replayed || err != nil {
+		return res, replayed, err
+	}
+	id := uuid.NewString()
+	if delivery != nil {
+		if rp, ok := s.admitDelivery(ctx, id, delivery); !ok {
+			return res, false, &refusal{rp}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pr, found, err := s.store.provision(key)
-	switch {
-	case err != nil:
-		return res, false, err
-	case found && pr.Fingerprint != fp:
-		return res, false, errKeyConflict
-	case found && pr.Result == nil:
-		return res, false, errInstanceDeleted
-	case found:
-		return *pr.Result, true, nil
+	if s.closed {
+		return res, false, errAborted
 	}
 	now := s.now()
 	token, err := newToken()
@@ -130,7 +138,7 @@ func (s *Server) provision(ctx context.Context, key, name, fp string, delay func
 		return res, false, err
 	}
 	sum := sha256.Sum256([]byte(token))
-	ir := instanceRecord{ID: uuid.NewString(), Name: name, CreatedAt: now, Credential: hex.EncodeToString(sum[:]), ProvisionKey: key}
+	ir := instanceRecord{ID: id, Name: name, CreatedAt: now, Credential: hex.EncodeToString(sum[:]), ProvisionKey: key, Delivery: delivery}
 	if ir.Name == "" {
 		ir.Name = "instance-" + ir.ID[:8]
 	}
@@ -146,7 +154,26 @@ func (s *Server) provision(ctx context.Context, key, name, fp string, delay func
 	s.credMu.Lock()
 	s.creds[sum] = issued{instance: ir.ID, expiresAt: ir.CredentialExpiresAt}
 	s.credMu.Unlock()
-	s.log.Info("instance provisioned", "instance", ir.ID, "name", ir.Name)
+	s.log.Info("instance provisioned", "instance", ir.ID, "name", ir.Name, "webhook", delivery != nil)
+	return res, false, nil
+}
+
+// provisionReplay returns the result of the provisioning a key already made (replayed), or an error
+// if the key cannot be used; neither if the key is free.
+func (s *Server) provisionReplay(key, fp string) (res provider.ProvisionInstanceResponse, replayed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pr, found, err := s.store.provision(key)
+	switch {
+	case err != nil:
+		return res, false, err
+	case found && pr.Fingerprint != fp:
+		return res, false, errKeyConflict
+	case found && pr.Result == nil:
+		return res, false, errInstanceDeleted
+	case found:
+		return *pr.Result, true, nil
+	}
 	return res, false, nil
 }
 
@@ -170,14 +197,19 @@ func (s *Server) getInstance(id string) (provider.Instance, error) {
 	return ir.wire(), nil
 }
 
-// instanceUpdate is a validated PATCH /v1/instances/{id}.
+// instanceUpdate is a validated PATCH /v1/instances/{id}: a new name, a new receiver (delivery)
+// or the receiver removed (removeDelivery).
 type instanceUpdate struct {
 	id, key, fingerprint string
 	name                 *string
+	delivery             *deliveryConfig
+	removeDelivery       bool
 }
 
 // updateInstance applies an update to a provisioned instance, or returns the result of the update
-// its Idempotency-Key already made (replayed), without applying it again.
+// its Idempotency-Key already made (replayed), without applying it again. A new receiver is checked
+// and verified before any part of the update commits (a *refusal says why it did not); the instance's
+// undelivered notifications then go to it. Removing the receiver ends their delivery.
 func (s *Server) updateInstance(ctx context.Context, u instanceUpdate, delay func() error) (provider.Instance, bool, error) {
 	lock := "update\x00" + requestKey(u.id, u.key)
 	if !s.acquire(ctx, lock) {
@@ -187,6 +219,52 @@ func (s *Server) updateInstance(ctx context.Context, u instanceUpdate, delay fun
 	if err := delay(); err != nil {
 		return provider.Instance{}, false, err
 	}
+	if inst, replayed, err := s.updateReplay(u); replayed || err != nil {
+		return inst, replayed, err
+	}
+	if u.delivery != nil {
+		if rp, ok := s.admitDelivery(ctx, u.id, u.delivery); !ok {
+			return provider.Instance{}, false, &refusal{rp}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return provider.Instance{}, false, errAborted
+	}
+	ir, ok := s.instances[u.id]
+	if !ok || ir.deleted() { // deleted while the receiver was being verified: deletion wins
+		return provider.Instance{}, false, errInstanceNotFound
+	}
+	if u.name != nil {
+		ir.Name = *u.name
+	}
+	removed := u.removeDelivery && ir.Delivery != nil
+	switch {
+	case u.delivery != nil:
+		ir.Delivery = u.delivery
+	case u.removeDelivery:
+		ir.Delivery = nil
+	}
+	ur := updateRecord{Fingerprint: u.fingerprint, CommittedAt: s.now(), Result: ir.wire()}
+	ended, err := s.store.updateInstance(ir, u.key, ur, removed)
+	if err != nil {
+		return provider.Instance{}, false, err
+	}
+	s.instances[ir.ID] = ir
+	s.deliveries.forget(ended)
+	if u.delivery != nil {
+		if err := s.redeliverLocked(ir.ID); err != nil {
+			s.log.Error(err, "moving notifications to the new receiver", "instance", ir.ID)
+		}
+	}
+	s.log.Info("instance updated", "instance", ir.ID, "name", ir.Name, "webhook", ir.Delivery != nil)
+	return ur.Result, false, nil
+}
+
+// updateReplay returns the result of the update a key already made (replayed), or an error if the
+// instance is gone or the key cannot be used; neither if the key is free.
+func (s *Server) updateReplay(u instanceUpdate) (provider.Instance, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ir, ok := s.instances[u.id]
@@ -202,21 +280,13 @@ func (s *Server) updateInstance(ctx context.Context, u instanceUpdate, delay fun
 	case found:
 		return ur.Result, true, nil
 	}
-	if u.name != nil {
-		ir.Name = *u.name
-	}
-	ur = updateRecord{Fingerprint: u.fingerprint, CommittedAt: s.now(), Result: ir.wire()}
-	if err := s.store.updateInstance(ir, u.key, ur); err != nil {
-		return provider.Instance{}, false, err
-	}
-	s.instances[ir.ID] = ir
-	s.log.Info("instance updated", "instance", ir.ID, "name", ir.Name)
-	return ur.Result, false, nil
+	return provider.Instance{}, false, nil
 }
 
-// deleteInstance retires a provisioned instance: it revokes its credential and ends its pending
-// requests (cancelled; expired if their deadline has passed), in one transaction, so that no request
-// is left pending and no credential active. Terminal requests stay as they are. Deleting a deleted
+// deleteInstance retires a provisioned instance: it revokes its credential, ends its pending
+// requests (cancelled; expired if their deadline has passed) without notifications, as AAP says, and
+// ends the delivery of its undelivered notifications, in one transaction, so that no request is left
+// pending, no credential active and no notification sent (attempts in flight may still arrive). Terminal requests stay as they are. Deleting a deleted
 // instance again succeeds while its record is kept.
 func (s *Server) deleteInstance(id string) error {
 	s.mu.Lock()
@@ -246,15 +316,17 @@ func (s *Server) deleteInstance(id string) error {
 		}
 	}
 	ir.DeletedAt = &now
-	if err := s.store.deleteInstance(ir, ended); err != nil {
+	stopped, err := s.store.deleteInstance(ir, ended)
+	if err != nil {
 		return err
 	}
+	s.deliveries.forget(stopped)
 	if h, err := credentialHash(ir.Credential); err == nil {
 		s.credMu.Lock()
 		delete(s.creds, h)
 		s.credMu.Unlock()
 	}
-	ir.Credential = ""
+	ir.Credential, ir.Delivery = "", nil
 	s.instances[id] = ir
 	for _, rec := range ended {
 		s.finishedLocked(rec)

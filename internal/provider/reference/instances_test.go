@@ -1,6 +1,7 @@
 package reference_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
@@ -75,8 +76,22 @@ func (e *env) deleteInstance(id string) response {
 	return e.do(e.requestAs(provisioner, http.MethodDelete, "/v1/instances/"+id, nil))
 }
 
+// exampleSecret is AAP's illustrative signing secret (32 bytes 0..31).
+const exampleSecret = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
+// deliveryBody is a provisioning or update body with a delivery configuration.
+func deliveryBody(typ, url, registrationID, secret string) string {
+	b, err := json.Marshal(map[string]any{"delivery": map[string]string{
+		"type": typ, "url": url, "registration_id": registrationID, "signing_secret": secret}})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
 func TestProvisionValidation(t *testing.T) {
 	e := start(t)
+	regID := uuid.NewString()
 	for _, tc := range []struct {
 		name, key, body string
 		code, param     string
@@ -88,9 +103,25 @@ func TestProvisionValidation(t *testing.T) {
 		{"empty name", "k", `{"instance_name":""}`, provider.CodeInvalidRequest, "instance_name"},
 		{"long name", "k", `{"instance_name":"` + strings.Repeat("n", 129) + `"}`, provider.CodeInvalidRequest, "instance_name"},
 		{"name a number", "k", `{"instance_name":7}`, provider.CodeInvalidRequest, "instance_name"},
-		{"webhook delivery", "k", `{"delivery":{"type":"webhook","url":"https://example.com/aap","registration_id":"` + uuid.NewString() +
-			`","signing_secret":"whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}}`, provider.CodeUnsupportedDeliveryType, "delivery"},
 		{"null delivery", "k", `{"delivery":null}`, provider.CodeInvalidRequest, "delivery"},
+		{"delivery a string", "k", `{"delivery":"https://example.com"}`, provider.CodeInvalidRequest, "delivery"},
+		{"other transport", "k", deliveryBody("socket", "https://example.com/aap", regID, exampleSecret), provider.CodeUnsupportedDeliveryType, "delivery.type"},
+		{"no type", "k", `{"delivery":{"url":"https://example.com/aap"}}`, provider.CodeInvalidRequest, "delivery.type"},
+		{"no secret", "k", `{"delivery":{"type":"webhook","url":"https://example.com/aap","registration_id":"` + regID + `"}}`,
+			provider.CodeInvalidRequest, "delivery.signing_secret"},
+		{"unknown delivery field", "k", `{"delivery":{"type":"webhook","extra":1}}`, provider.CodeInvalidRequest, "delivery.extra"},
+		{"http url", "k", deliveryBody("webhook", "http://example.com/aap", regID, exampleSecret), provider.CodeInvalidWebhookURL, "delivery.url"},
+		{"userinfo", "k", deliveryBody("webhook", "https://user@example.com/aap", regID, exampleSecret), provider.CodeInvalidWebhookURL, "delivery.url"},
+		{"fragment", "k", deliveryBody("webhook", "https://example.com/aap#x", regID, exampleSecret), provider.CodeInvalidWebhookURL, "delivery.url"},
+		{"loopback", "k", deliveryBody("webhook", "https://127.0.0.1:8443/aap", regID, exampleSecret), provider.CodeInvalidWebhookURL, "delivery.url"},
+		{"registration not a uuid", "k", deliveryBody("webhook", "https://example.com/aap", "reg-1", exampleSecret),
+			provider.CodeInvalidRequest, "delivery.registration_id"},
+		{"secret without prefix", "k", deliveryBody("webhook", "https://example.com/aap", regID, strings.TrimPrefix(exampleSecret, "whsec_")),
+			provider.CodeInvalidRequest, "delivery.signing_secret"},
+		{"secret of 31 bytes", "k", deliveryBody("webhook", "https://example.com/aap", regID, "whsec_"+base64.StdEncoding.EncodeToString(make([]byte, 31))),
+			provider.CodeInvalidRequest, "delivery.signing_secret"},
+		{"secret not canonical", "k", deliveryBody("webhook", "https://example.com/aap", regID, "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9="),
+			provider.CodeInvalidRequest, "delivery.signing_secret"},
 	} {
 		got := e.expectError(e.provisionResponse(tc.key, tc.body), http.StatusBadRequest, tc.code)
 		e.g.Expect(got.Param).To(Equal(tc.param), tc.name)
@@ -113,9 +144,15 @@ func TestUpdateInstance(t *testing.T) {
 	e.g.Expect(e.expectInstance(e.patchInstance(id, "u1", `{ "instance_name" : "second" }`)).Name).To(Equal("second"))
 	e.g.Expect(e.expectInstance(e.instance(id)).Name).To(Equal("third"))
 	e.expectError(e.patchInstance(id, "u1", `{"instance_name":"other"}`), http.StatusConflict, provider.CodeIdempotencyConflict)
-	// Removing a delivery that is not there changes nothing; configuring one is not supported.
+	// Removing a delivery that is not there changes nothing; only webhook delivery is supported, and a
+	// webhook configuration is checked as on provisioning.
 	e.g.Expect(e.expectInstance(e.patchInstance(id, "u3", `{"delivery":null}`)).Name).To(Equal("third"))
-	e.expectError(e.patchInstance(id, "u4", `{"delivery":{"type":"webhook"}}`), http.StatusBadRequest, provider.CodeUnsupportedDeliveryType)
+	got := e.expectError(e.patchInstance(id, "u4", `{"delivery":{"type":"socket"}}`), http.StatusBadRequest, provider.CodeUnsupportedDeliveryType)
+	e.g.Expect(got.Param).To(Equal("delivery.type"))
+	got = e.expectError(e.patchInstance(id, "u4", deliveryBody("webhook", "https://[::1]/aap", uuid.NewString(), exampleSecret)),
+		http.StatusBadRequest, provider.CodeInvalidWebhookURL)
+	e.g.Expect(got.Param).To(Equal("delivery.url"))
+	e.g.Expect(e.expectInstance(e.instance(id)).Delivery).To(BeNil())
 
 	for _, tc := range []struct{ key, body, param string }{
 		{"", `{"instance_name":"x"}`, "Idempotency-Key"},

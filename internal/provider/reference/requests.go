@@ -338,13 +338,21 @@ func (s *Server) expireIfDueLocked(rec record) (record, error) {
 	return s.finishLocked(rec, provider.Decision{Status: provider.StatusExpired, DecidedAt: &deadline})
 }
 
-// finishLocked moves a pending request to the decision's status, persists it and wakes its long polls.
+// finishLocked moves a pending request to the decision's status, persists it together with its
+// notification if its instance has a receiver, wakes its long polls and schedules the notification.
 func (s *Server) finishLocked(rec record, d provider.Decision) (record, error) {
 	rec = terminal(rec, d)
-	if err := s.store.putRequest(rec); err != nil {
+	ev, err := s.newEventLocked(rec)
+	if err != nil {
+		return record{}, err
+	}
+	if err := s.store.finishRequest(rec, ev); err != nil {
 		return record{}, err
 	}
 	s.finishedLocked(rec)
+	if ev != nil {
+		s.scheduleDelivery(ev.ID, ev.NextAt)
+	}
 	return rec, nil
 }
 

@@ -16,7 +16,9 @@ import (
 // Options.Retention (at least seven days) after its decision.decided_at; then both are purged, so
 // that reusing the key creates a new request. A deleted instance's record, which makes a repeated
 // deletion answer 204 and a provisioning replay answer instance_deleted, is kept for as long after
-// its deletion, and so is an update's key after the update committed. A live instance's
+// its deletion, and so is an update's key after the update committed. A request with a notification
+// is also kept until deliveryGrace (24h) after its delivery ended (acknowledged, retries run out,
+// delivery removed or the instance deleted), as AAP asks. A live instance's
 // provisioning key is kept as long as the instance (longer than AAP asks). The purge runs when the
 // server starts and then every purgeEvery by the server's clock.
 
@@ -52,7 +54,8 @@ func (s *Server) Purge() (int, error) {
 	if s.closed {
 		return 0, nil
 	}
-	requests, instances, err := s.store.purge(s.clock.Now().Add(-s.opts.Retention))
+	now := s.clock.Now()
+	requests, instances, err := s.store.purge(now.Add(-s.opts.Retention), now.Add(-deliveryGrace))
 	if err != nil {
 		return 0, err
 	}
@@ -66,12 +69,17 @@ func (s *Server) Purge() (int, error) {
 	return requests, nil
 }
 
-// purge deletes, in one transaction, the terminal requests decided before cutoff with their keys, the
-// instances deleted before cutoff with their provisioning and update keys, and the update keys
-// committed before cutoff.
-func (st *store) purge(cutoff time.Time) (requests int, instances []string, err error) {
+// purge deletes, in one transaction, the notifications whose delivery ended before graceCutoff, the
+// terminal requests decided before cutoff with their keys (unless a notification of theirs is still
+// kept), the instances deleted before cutoff with their provisioning and update keys, and the update
+// keys committed before cutoff.
+func (st *store) purge(cutoff, graceCutoff time.Time) (requests int, instances []string, err error) {
 	err = st.db.Update(func(tx *bolt.Tx) error {
-		n, err := st.purgeRequests(tx, cutoff)
+		notified, err := purgeEvents(tx, graceCutoff)
+		if err != nil {
+			return err
+		}
+		n, err := st.purgeRequests(tx, cutoff, notified)
 		if err != nil {
 			return err
 		}
@@ -82,7 +90,7 @@ func (st *store) purge(cutoff time.Time) (requests int, instances []string, err 
 	return requests, instances, err
 }
 
-func (st *store) purgeRequests(tx *bolt.Tx, cutoff time.Time) (int, error) {
+func (st *store) purgeRequests(tx *bolt.Tx, cutoff time.Time, notified map[string]bool) (int, error) {
 	reqs, keys, order := tx.Bucket(bucketRequests), tx.Bucket(bucketRequestKeys), tx.Bucket(bucketOrder)
 	var seqs, ids, keyNames [][]byte
 	err := order.ForEach(func(seq, id []byte) error {
@@ -92,7 +100,7 @@ func (st *store) purgeRequests(tx *bolt.Tx, cutoff time.Time) (int, error) {
 			return err
 		}
 		d := rec.Decision
-		if !provider.IsTerminal(rec.Status) || d == nil || d.DecidedAt == nil || !d.DecidedAt.Before(cutoff) {
+		if !provider.IsTerminal(rec.Status) || d == nil || d.DecidedAt == nil || !d.DecidedAt.Before(cutoff) || notified[rec.ID] {
 			return nil
 		}
 		rec = st.normalise(rec)

@@ -9,10 +9,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,11 +28,15 @@ import (
 // kept for at least seven days after decided_at.
 const MinRetention = 168 * time.Hour
 
+// maxWebhookTimeout is the longest a receiver may take to answer, as AAP says.
+const maxWebhookTimeout = 10 * time.Second
+
 // Options configure a Server. Zero values take the documented defaults.
 type Options struct {
 	// DBPath is the bbolt file holding requests, instances and idempotency keys. Empty means a temporary
 	// file that Close removes. It holds provisioned instances' credentials (for provisioning replays)
-	// until the instances are deleted: keep it private (it is created 0600).
+	// until the instances are deleted, and their webhook signing secrets: keep it private (it is
+	// created 0600).
 	DBPath string
 	// Credential is a static instance credential, bound to the built-in default instance
 	// (DefaultInstance). Required unless ProvisionerToken is set.
@@ -85,6 +91,17 @@ type Options struct {
 	// can decide no other. An approver without an entry sees every instance's requests, as the admin
 	// credential does. Optional.
 	ApproverInstances map[string][]string
+	// AllowedWebhookNetworks are address ranges a webhook receiver may be at although they are not
+	// public (loopback, private, link-local, metadata and the like are otherwise refused), for local
+	// clusters and tests, e.g. 10.0.0.0/8 or 127.0.0.0/8. An address in one of them is allowed even if
+	// it is a cloud metadata address: leave 169.254.0.0/16 and fd00::/8 out. Optional.
+	AllowedWebhookNetworks []netip.Prefix
+	// WebhookRootCAs are the roots that webhook receivers' certificates must chain to. Default: the
+	// system roots.
+	WebhookRootCAs *x509.CertPool
+	// WebhookTimeout bounds a receiver verification and every delivery attempt: at most, and by
+	// default, 10s, as AAP says.
+	WebhookTimeout time.Duration
 }
 
 // Profile is how the provider API answers. Both profiles are conforming AAP v1 providers with the
@@ -138,6 +155,9 @@ func (o Options) withDefaults() Options {
 	if o.Retention == 0 {
 		o.Retention = MinRetention
 	}
+	if o.WebhookTimeout <= 0 || o.WebhookTimeout > maxWebhookTimeout {
+		o.WebhookTimeout = maxWebhookTimeout
+	}
 	if o.MaxWait <= 0 || o.MaxWait > maxWait {
 		o.MaxWait = maxWait
 	}
@@ -181,6 +201,9 @@ type Server struct {
 	faults          *Faults
 	stats           statsRecorder
 	handler         http.Handler
+	webhooks        *http.Client // reaches webhook receivers
+	webhookLimits   *webhookLimiter
+	deliveries      *deliveries
 	done            chan struct{} // closed by Close: long polls and delays return
 
 	mu        sync.Mutex // serialises state changes; guards the fields below
@@ -202,7 +225,8 @@ type Server struct {
 }
 
 // New opens (or creates) the store and returns a Server that is not yet listening: call Start or StartTLS,
-// or mount Handler. Pending requests found in the store resume their deadlines.
+// or mount Handler. Pending requests found in the store resume their deadlines, and undelivered
+// notifications their delivery.
 func New(opts Options) (*Server, error) {
 	opts = opts.withDefaults()
 	if err := opts.check(); err != nil {
@@ -245,8 +269,12 @@ func New(opts Options) (*Server, error) {
 		instances:       map[string]instanceRecord{},
 		creds:           map[[sha256.Size]byte]issued{},
 		inflight:        map[string]chan struct{}{},
+		deliveries:      newDeliveries(),
+		webhookLimits:   newWebhookLimiter(),
 	}
-	if err := errors.Join(s.loadInstances(), s.resume(), s.startPurge()); err != nil {
+	s.webhooks = s.newWebhookClient()
+	if err := errors.Join(s.loadInstances(), s.resumeDeliveries(), s.resume(), s.startPurge()); err != nil {
+		s.deliveries.stop()
 		return nil, errors.Join(err, st.close(), removeAll(tempDir))
 	}
 	s.handler = withRequestID(s.withApprovalPage(s.routes()))
@@ -362,6 +390,8 @@ func (s *Server) Close() error {
 			w.timer.Stop()
 		}
 		s.mu.Unlock()
+		s.deliveries.stop()
+		s.webhooks.CloseIdleConnections()
 		errs = append(errs, s.store.close(), removeAll(s.tempDir))
 		s.closeErr = errors.Join(errs...)
 	})

@@ -32,6 +32,15 @@ type Stats struct {
 	// connection was dropped or reset, or the client went away first.
 	Responses map[Operation]map[int]int64 `json:"responses"`
 
+	// Webhooks: receiver verifications sent, notification delivery attempts made, and their outcomes:
+	// acknowledged (Delivered), failed (DeliveryFailures: an error, a timeout or a status other than
+	// 2xx), and notifications whose retries ran out (DeliveriesAbandoned).
+	WebhookVerifications int64 `json:"webhook_verifications"`
+	DeliveryAttempts     int64 `json:"delivery_attempts"`
+	Delivered            int64 `json:"delivered"`
+	DeliveryFailures     int64 `json:"delivery_failures"`
+	DeliveriesAbandoned  int64 `json:"deliveries_abandoned"`
+
 	// Connections counts connections accepted (TLS or not), so a client's connection reuse shows.
 	Connections int64 `json:"connections"`
 

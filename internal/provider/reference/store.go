@@ -68,7 +68,7 @@ func openStore(path string, noSync bool, defaultInstance string) (*store, error)
 	st := &store{db: db, defaultInstance: defaultInstance}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketRequests, bucketOrder, bucketRequestKeys, bucketInstances,
-			bucketCredentials, bucketProvisions, bucketUpdates} {
+			bucketCredentials, bucketProvisions, bucketUpdates, bucketEvents} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -161,13 +161,6 @@ func (st *store) create(kr keyRecord, rec record) error {
 			return err
 		}
 		return put(tx.Bucket(bucketRequestKeys), requestKey(rec.Instance, rec.Key), kr)
-	})
-}
-
-// putRequest overwrites a stored request.
-func (st *store) putRequest(rec record) error {
-	return st.db.Update(func(tx *bolt.Tx) error {
-		return put(tx.Bucket(bucketRequests), rec.ID, rec)
 	})
 }
 

@@ -24,11 +24,16 @@ type instanceRecord struct {
 	CredentialExpiresAt *time.Time `json:"credential_expires_at,omitempty"`
 	// ProvisionKey is the Idempotency-Key of the provisioning that created it.
 	ProvisionKey string `json:"provision_key"`
+	// Delivery is its verified webhook receiver, secret included; nil for none.
+	Delivery *deliveryConfig `json:"delivery,omitempty"`
 }
 
 func (ir instanceRecord) deleted() bool { return ir.DeletedAt != nil }
 
-func (ir instanceRecord) wire() provider.Instance { return provider.Instance{ID: ir.ID, Name: ir.Name} }
+// wire is the instance as answers show it: its receiver without the secret.
+func (ir instanceRecord) wire() provider.Instance {
+	return provider.Instance{ID: ir.ID, Name: ir.Name, Delivery: ir.Delivery.wire()}
+}
 
 // provisionRecord binds a provisioning Idempotency-Key to the instance it created and to the original
 // result, so that a replay returns the same instance and credential. Deletion drops the result (the
@@ -94,27 +99,40 @@ func (st *store) update(instance, key string) (rec updateRecord, found bool, err
 	return rec, found, err
 }
 
-// updateInstance stores an updated instance and the record of the update in one transaction.
-func (st *store) updateInstance(ir instanceRecord, key string, ur updateRecord) error {
-	return st.db.Update(func(tx *bolt.Tx) error {
+// updateInstance stores an updated instance and the record of the update in one transaction. If
+// delivery was removed (removed), the instance's undelivered events end in the same transaction;
+// their ids are returned.
+func (st *store) updateInstance(ir instanceRecord, key string, ur updateRecord, removed bool) (ended []string, err error) {
+	err = st.db.Update(func(tx *bolt.Tx) error {
 		if err := put(tx.Bucket(bucketInstances), ir.ID, ir); err != nil {
 			return err
 		}
+		if removed {
+			if ended, err = endEventsTx(tx, ir.ID, "removed", ur.CommittedAt); err != nil {
+				return err
+			}
+		}
 		return put(tx.Bucket(bucketUpdates), requestKey(ir.ID, key), ur)
 	})
+	return ended, err
 }
 
 // deleteInstance marks an instance deleted, revokes its credential, drops the credential kept for
-// provisioning replays and stores the requests it cancelled, all in one transaction.
-func (st *store) deleteInstance(ir instanceRecord, cancelled []record) error {
-	return st.db.Update(func(tx *bolt.Tx) error {
+// provisioning replays, stores the requests it cancelled (without notifications) and ends the
+// delivery of its undelivered events, all in one transaction. It returns the ended events' ids.
+func (st *store) deleteInstance(ir instanceRecord, cancelled []record) (ended []string, err error) {
+	err = st.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		if ended, err = endEventsTx(tx, ir.ID, "deleted", *ir.DeletedAt); err != nil {
+			return err
+		}
 		creds := tx.Bucket(bucketCredentials)
 		if ir.Credential != "" {
 			if err := creds.Delete([]byte(ir.Credential)); err != nil {
 				return err
 			}
 		}
-		ir.Credential = ""
+		ir.Credential, ir.Delivery = "", nil
 		if err := put(tx.Bucket(bucketInstances), ir.ID, ir); err != nil {
 			return err
 		}
@@ -138,6 +156,7 @@ func (st *store) deleteInstance(ir instanceRecord, cancelled []record) error {
 		}
 		return nil
 	})
+	return ended, err
 }
 
 // credentials maps the hex SHA-256 of every live instance credential to its instance.
