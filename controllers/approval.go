@@ -228,6 +228,13 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl
 			return r.withdrawForToolChange(ctx, sc, ref, change)
 		}
 	}
+	if r.providers.asynchronous(ctx, tc) {
+		// Asynchronous mode (asyncwait.go): no long poll; one the call had before its provider's
+		// delivery was registered ends.
+		r.Waiter.Stop(tc.UID)
+		return r.awaitNotification(ctx, sc, ref, until)
+	}
+	r.asyncReads.forget(tc.UID)
 	pc, err := r.providerOf(tc).raw(ctx, "wait")
 	if err != nil {
 		return ctrl.Result{}, err

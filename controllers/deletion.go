@@ -20,7 +20,7 @@ import (
 // leaves at once.
 func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
-	r.Waiter.Stop(tc.UID)
+	r.stopWaiting(tc.UID)
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
 		return ctrl.Result{}, nil
 	}

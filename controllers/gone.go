@@ -112,7 +112,7 @@ func (r *ToolCallReconciler) withdrawGone(ctx context.Context, key types.Namespa
 // a reconcile has just submitted, or was waiting on.
 func (r *ToolCallReconciler) withdrawForGone(ctx context.Context, sc *scope) error {
 	tc := sc.tc
-	r.Waiter.Stop(tc.UID)
+	r.stopWaiting(tc.UID)
 	r.written.forget(tc.UID)
 	if phase := tc.Status.Phase.OrPending(); phase != tg.PhasePending && phase != tg.PhaseAwaitingApproval {
 		return nil

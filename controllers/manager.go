@@ -50,6 +50,11 @@ type Options struct {
 	HealthProbeBindAddress string
 	// PprofBindAddress serves net/http/pprof (empty or "0": off).
 	PprofBindAddress string
+	// ReceiverBindAddress serves the AAP webhook receiver (asynchronous mode) over HTTPS at
+	// ReceiverPath (empty or "0": off), with the certificate and key in ReceiverCertDir (tls.crt,
+	// tls.key).
+	ReceiverBindAddress string
+	ReceiverCertDir     string
 }
 
 // DefaultOptions are the manager's defaults, the one place they are set: the manager's flags start
@@ -179,8 +184,27 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.ToolCall{}, providerField, indexToolCallsByProvider); err != nil {
-		return fmt.Errorf("indexing ToolCalls by provider: %w", err)
+	for _, ix := range []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&tg.ToolCall{}, providerField, indexToolCallsByProvider},
+		{&tg.ApprovalProvider{}, registrationField, indexProvidersByRegistration},
+		{&tg.ApprovalProvider{}, instanceField, indexProvidersByInstance},
+		{&tg.ClusterApprovalProvider{}, registrationField, indexProvidersByRegistration},
+		{&tg.ClusterApprovalProvider{}, instanceField, indexProvidersByInstance},
+	} {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), ix.obj, ix.field, ix.fn); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
+		}
+	}
+	receiverOn := o.ReceiverBindAddress != "" && o.ReceiverBindAddress != "0"
+	if receiverOn {
+		// Only the receiver finds calls by their request id.
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.ToolCall{}, requestIDField, indexToolCallsByRequestID); err != nil {
+			return fmt.Errorf("indexing ToolCalls by %s: %w", requestIDField, err)
+		}
 	}
 	provs := newProviders(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
 		provider.Options{OnError: CountProviderError})
@@ -190,6 +214,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
 		CallTimeout:             o.CallTimeout,
 		Waiter:                  NewWaiter(o.PollWait, mgr.GetLogger().WithName("waiter")),
+		asyncReads:              newAsyncReads(),
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CancelGiveUp:            o.CancelGiveUp,
@@ -208,6 +233,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		pr := &ProviderReconciler{Client: mgr.GetClient(), Clock: o.Clock, kind: kind, providers: provs}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", kind, err)
+		}
+	}
+	if receiverOn {
+		rc := &Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+			Log: mgr.GetLogger().WithName("receiver"), providers: provs}
+		srv := &receiverServer{addr: o.ReceiverBindAddress, certDir: o.ReceiverCertDir, handler: rc, log: rc.Log, synced: mgr.GetCache().WaitForCacheSync}
+		if err := mgr.Add(srv); err != nil {
+			return err
 		}
 	}
 	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {

@@ -64,7 +64,7 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	orig := obj.GetStatus().DeepCopy()
 	status, reason, message, renewal := metav1.ConditionFalse, "", "", ""
-	next := reprobeNotReady
+	var next time.Duration // how soon replaced instances or a registration are looked at again
 	if obj.GetSpec().Provisioning != nil {
 		reason, message, renewal = r.provision(ctx, k, obj)
 		var err error
@@ -80,7 +80,12 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if renewal != "" && status == metav1.ConditionTrue {
 		message += " " + renewal
 	}
+	delivery, soon := r.registerDelivery(ctx, k, obj)
+	if soon > 0 {
+		next = minPositive(next, soon)
+	}
 	st := obj.GetStatus()
+	setDeliveryCondition(st, delivery)
 	st.ObservedGeneration = obj.GetGeneration()
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: tg.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration(),

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -40,6 +41,8 @@ type ToolCallReconciler struct {
 	CallTimeout time.Duration
 	providers   *providers
 	Waiter      *Waiter
+	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
+	asyncReads *asyncReads
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -113,7 +116,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{RequeueAfter: staleRequeue}, nil
 	}
 	if tc.Status.Phase.IsTerminal() {
-		r.Waiter.Stop(tc.UID)
+		r.stopWaiting(tc.UID)
 		return ctrl.Result{}, r.removeFinalizer(ctx, tc)
 	}
 
@@ -143,12 +146,18 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	r.recordTransition(orig, tc)
 	if tc.Status.Phase == tg.PhaseRunning || tc.Status.Phase.IsTerminal() {
 		// Approved (or ended): no request of this ToolCall can be pending any more.
-		r.Waiter.Stop(tc.UID)
+		r.stopWaiting(tc.UID)
 		if ferr := r.removeFinalizer(ctx, tc); ferr != nil {
 			return ctrl.Result{}, errors.Join(err, ferr)
 		}
 	}
 	return res, err
+}
+
+// stopWaiting ends the long poll of a call, or forgets its reads in asynchronous mode.
+func (r *ToolCallReconciler) stopWaiting(uid types.UID) {
+	r.Waiter.Stop(uid)
+	r.asyncReads.forget(uid)
 }
 
 // patchStatus writes the status once, and only if it changed.
@@ -234,6 +243,10 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
+		// A provider object whose delivery registration changed moves its waiting calls between long
+		// polls and notifications.
+		Watches(&tg.ApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindApprovalProvider)), builder.WithPredicates(deliveryChanged{})).
+		Watches(&tg.ClusterApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindClusterApprovalProvider)), builder.WithPredicates(deliveryChanged{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, 30*time.Second),

@@ -21,6 +21,7 @@ const DefaultProviderName = "default"
 // +kubebuilder:validation:XValidation:rule="has(self.provisioning) == has(oldSelf.provisioning)",message="spec.provisioning cannot be added or removed: the instance belongs to this object; create another provider object instead"
 // +kubebuilder:validation:XValidation:rule="self.url.startsWith('https://') || (self.url.startsWith('http://') && has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true, for a development provider"
 // +kubebuilder:validation:XValidation:rule="!(has(self.caBundle) && has(self.caBundleRef))",message="set at most one of spec.caBundle or spec.caBundleRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.delivery) || has(self.provisioning)",message="spec.delivery needs spec.provisioning: AAP configures delivery on an instance through the provisioner, so the manager must provision the instance itself"
 type ApprovalProviderSpec struct {
 	// url is the provider's AAP v1 base URL, which may carry a path, such as
 	// https://approvals.example.com/api/aap. It must be https:// unless allowInsecureHTTP is true.
@@ -58,6 +59,36 @@ type ApprovalProviderSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provisioning is immutable: the instance belongs to this object; create another provider object instead"
 	// +optional
 	Provisioning *Provisioning `json:"provisioning,omitempty"`
+
+	// delivery turns on AAP's asynchronous mode for this provider: the provider notifies the
+	// manager's webhook receiver when a request is decided, and a waiting call holds no long poll.
+	// Absent: synchronous mode, in which the manager long-polls each waiting request.
+	// +optional
+	Delivery *Delivery `json:"delivery,omitempty"`
+}
+
+// DeliveryWebhook is the one delivery type of AAP v1.
+const DeliveryWebhook = "webhook"
+
+// Delivery is how the provider reaches the manager's webhook receiver.
+type Delivery struct {
+	// type is the delivery type: webhook.
+	// +kubebuilder:validation:Enum=webhook
+	// +kubebuilder:default=webhook
+	// +optional
+	Type string `json:"type,omitempty"`
+	// receiverURL is the HTTPS URL at which the provider reaches the manager's receiver, such as
+	// https://toolgate.example.com/aap/events (an Ingress or Gateway route to the manager's receiver
+	// Service). Changing it registers the new URL with a new registration id and secret.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https://[^/?#@]+([/?][^#]*)?$')",message="spec.delivery.receiverURL must be an https:// URL without user information or fragment, such as https://toolgate.example.com/aap/events"
+	// +required
+	ReceiverURL string `json:"receiverURL"`
+	// rotation is any value; changing it replaces the signing secret (with a new registration id),
+	// as AAP replaces a delivery configuration.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Rotation string `json:"rotation,omitempty"`
 }
 
 // SecretKeyRef names a key of a Secret in the provider's namespace (for a ClusterApprovalProvider, the
@@ -151,6 +182,46 @@ type ApprovalProviderStatus struct {
 	// +listType=atomic
 	// +optional
 	ReplacedInstances []ProviderInstance `json:"replacedInstances,omitempty"`
+	// delivery is the webhook registration of the instance (spec.delivery): the one the provider
+	// delivers to, and one being registered.
+	// +optional
+	Delivery *DeliveryStatus `json:"delivery,omitempty"`
+}
+
+// DeliveryStatus is what the manager registered for asynchronous mode.
+type DeliveryStatus struct {
+	// active is the registration the provider committed: notifications for the instance are signed
+	// with its secret.
+	// +optional
+	Active *WebhookRegistration `json:"active,omitempty"`
+	// proposed is a registration the manager is submitting to the provider; the receiver answers its
+	// verification message.
+	// +optional
+	Proposed *WebhookRegistration `json:"proposed,omitempty"`
+	// previous is the registration the active one replaced: notifications already in flight signed
+	// with its secret are still accepted for a while after the replacement.
+	// +optional
+	Previous *WebhookRegistration `json:"previous,omitempty"`
+}
+
+// WebhookRegistration is one delivery configuration: a receiver URL, a registration id and a signing
+// secret in a Secret the provider object owns.
+type WebhookRegistration struct {
+	// registrationID is the id the provider echoes in its verification message.
+	RegistrationID string `json:"registrationID"`
+	// receiverURL is the URL registered.
+	ReceiverURL string `json:"receiverURL"`
+	// rotation is spec.delivery.rotation when the registration was made.
+	// +optional
+	Rotation string `json:"rotation,omitempty"`
+	// secretName is the Secret holding the signing secret under the key "signingSecret".
+	SecretName string `json:"secretName"`
+	// instanceID is the instance the registration is for, once known.
+	// +optional
+	InstanceID string `json:"instanceID,omitempty"`
+	// since is when the registration became active (or was proposed).
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // ApprovalProvider is an AAP v1 approvals provider for the Tools of its namespace.

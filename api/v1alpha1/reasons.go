@@ -74,6 +74,22 @@ const (
 	ReasonProvisioningFailed = "ProvisioningFailed"
 )
 
+// The Delivery condition of a provider object with spec.delivery (asynchronous mode), and its reasons.
+const (
+	// ConditionDelivery: True while the provider delivers notifications for the current instance to
+	// spec.delivery.receiverURL.
+	ConditionDelivery = "Delivery"
+	// ReasonDeliveryRegistered: the provider verified the receiver and committed the registration.
+	ReasonDeliveryRegistered = "Registered"
+	// ReasonDeliveryRegistering: a registration is being submitted.
+	ReasonDeliveryRegistering = "Registering"
+	// ReasonDeliveryVerificationFailed: the provider could not verify the receiver (422): it did not
+	// reach it, or the receiver did not answer the challenge.
+	ReasonDeliveryVerificationFailed = "VerificationFailed"
+	// ReasonDeliveryFailed: the provider refused the registration, or could not be reached.
+	ReasonDeliveryFailed = "RegistrationFailed"
+)
+
 // Condition types on a ToolCall.
 const (
 	// ConditionApproved: True once a valid approval was obtained; False when it will not be.

@@ -163,6 +163,11 @@ type ToolCallStatus struct {
 	// decision is the provider's decision once there is one.
 	// +optional
 	Decision *Decision `json:"decision,omitempty"`
+	// notification is the last AAP notification (asynchronous mode) that the request was decided,
+	// recorded by the manager's receiver before it acknowledged it. It carries no decision: it only
+	// makes the manager read the request.
+	// +optional
+	Notification *Notification `json:"notification,omitempty"`
 	// jobName is the Job executing the tool. Its existence is the record that the tool was started.
 	// +optional
 	JobName string `json:"jobName,omitempty"`
@@ -230,4 +235,12 @@ type ToolCallList struct {
 
 func init() {
 	SchemeBuilder.Register(&ToolCall{}, &ToolCallList{})
+}
+
+// Notification is an AAP request.resolved event as the receiver recorded it.
+type Notification struct {
+	// id is the event's id (its webhook-id): a repeated delivery of it is acknowledged without acting.
+	ID string `json:"id"`
+	// receivedAt is when the receiver recorded it.
+	ReceivedAt metav1.Time `json:"receivedAt"`
 }

@@ -103,7 +103,10 @@ func (c *HTTPClient) trusted(cl *call, data []byte, status int, cred string) (*R
 	if err != nil {
 		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeMalformed, Detail: boundText(redact(err.Error(), cred))}
 	}
-	if err := cl.ref.Matches(r); err != nil {
+	if cl.anyRequest && r.ID != cl.ref.ID {
+		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeUntrusted, Detail: fmt.Sprintf("response is about request %q, not %q", r.ID, cl.ref.ID)}
+	}
+	if err := cl.ref.Matches(r); !cl.anyRequest && err != nil {
 		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeUntrusted, Detail: boundText(redact(err.Error(), cred))}
 	}
 	if cl.op == opCancel && r.Status != StatusCancelled {

@@ -30,6 +30,7 @@ type Client interface {
 const (
 	opSubmit = "submit"
 	opWait   = "wait"
+	opLookup = "lookup"
 	opCancel = "cancel"
 )
 
@@ -204,6 +205,18 @@ func (c *HTTPClient) Wait(ctx context.Context, ref Ref, wait time.Duration) (*Re
 	return c.do(ctx, &call{op: opWait, method: http.MethodGet, path: path, ref: ref, timeout: wait + 10*time.Second})
 }
 
+// Lookup reads request id (GET, no wait) to learn whose it is, as a webhook receiver does for a
+// notification it cannot place. The answer is checked to be a well-formed request with that id, but
+// not against a submission: it is never a decision to act on.
+func (c *HTTPClient) Lookup(ctx context.Context, id string) (*Request, error) {
+	ref := Ref{ID: id}
+	path, err := requestPath(opLookup, ref)
+	if err != nil {
+		return nil, err
+	}
+	return c.do(ctx, &call{op: opLookup, method: http.MethodGet, path: path, ref: ref, anyRequest: true})
+}
+
 // Cancel implements Client: DELETE /v1/requests/{id}, which answers the request cancelled (again on a
 // repeat). A request that is already terminal (409 already_terminal, or a 409 whose body says nothing
 // AAP defines) is read and returned as it is, with no error, so that the caller applies its decision.
@@ -250,4 +263,7 @@ type call struct {
 	timeout time.Duration
 	// noContent accepts a 204 as success (DELETE /v1/instances/{id}).
 	noContent bool
+	// anyRequest accepts any well-formed request with the ref's id, whatever its tool and arguments
+	// (Lookup).
+	anyRequest bool
 }

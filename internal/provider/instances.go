@@ -12,6 +12,7 @@ import (
 // instances that approval requests belong to.
 const (
 	opProvision      = "provision"
+	opUpdateInstance = "update_instance"
 	opDeleteInstance = "delete_instance"
 )
 
@@ -39,6 +40,41 @@ func (c *HTTPClient) ProvisionInstance(ctx context.Context, key string, in Provi
 	}
 	if out.Instance.ID == "" || strings.TrimSpace(out.Credential.Token) == "" {
 		return nil, &Error{Op: opProvision, StatusCode: status, Code: CodeMalformed, Detail: "the answer has no instance id or no credential token"}
+	}
+	return &out, nil
+}
+
+// DeliveryUpdate is the delivery part of PATCH /v1/instances/{id}: a complete new configuration, or,
+// with Remove, none (JSON null).
+type DeliveryUpdate struct {
+	Set    *WebhookDeliveryInput
+	Remove bool
+}
+
+// UpdateInstanceDelivery replaces (or removes) the delivery configuration of instance id (PATCH
+// /v1/instances/{id}) under key, its Idempotency-Key: a repeat with the same key and body answers
+// the original result without verifying the receiver again. A replacement the receiver did not
+// verify is refused with CodeWebhookVerificationFailed and changes nothing.
+func (c *HTTPClient) UpdateInstanceDelivery(ctx context.Context, id, key string, d DeliveryUpdate) (*Instance, error) {
+	if id == "" || strings.TrimSpace(key) == "" || (d.Set == nil) == !d.Remove {
+		return nil, &Error{Op: opUpdateInstance, Code: CodeInvalidRequest, Detail: "an instance id, an Idempotency-Key and either a delivery or its removal are required"}
+	}
+	body := []byte(`{"delivery":null}`)
+	if d.Set != nil {
+		var err error
+		if body, err = json.Marshal(map[string]*WebhookDeliveryInput{"delivery": d.Set}); err != nil {
+			return nil, &Error{Op: opUpdateInstance, Code: CodeInvalidRequest, Err: err}
+		}
+	}
+	cl := &call{op: opUpdateInstance, method: http.MethodPatch, path: "/v1/instances/" + url.PathEscape(id), body: body,
+		header: http.Header{HeaderIdempotencyKey: {key}}}
+	data, status, err := c.doRaw(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	var out Instance
+	if err := json.Unmarshal(data, &out); err != nil || out.ID != id {
+		return nil, &Error{Op: opUpdateInstance, StatusCode: status, Code: CodeMalformed, Detail: "the answer is not the instance that was updated"}
 	}
 	return &out, nil
 }

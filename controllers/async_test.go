@@ -1,0 +1,385 @@
+package controllers_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	. "github.com/onsi/gomega"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/test/testcert"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// asyncEnv is a manager with its webhook receiver on loopback (HTTPS, a test CA), and a reference
+// provider that delivers notifications to it, with an ApprovalProvider "team" in asynchronous mode.
+type asyncEnv struct {
+	h           *th.Harness
+	team        *reference.Server
+	url         string
+	receiverURL string
+	client      *http.Client
+}
+
+// withReceiver serves the manager's receiver on a free loopback port with a certificate of ca.
+func withReceiver(t *testing.T, ca *testcert.CA) (th.Option, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cert := ca.ServerCert(t)
+	var chain []byte
+	for _, der := range cert.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), chain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return func(h *th.Harness) {
+		h.Opts.ReceiverBindAddress, h.Opts.ReceiverCertDir = addr, dir
+	}, "https://" + addr + controllers.ReceiverPath
+}
+
+// startAsync starts the manager with its receiver, the delivering provider, and ApprovalProvider
+// team with spec.delivery, and waits until its delivery is registered.
+func startAsync(t *testing.T, opts ...th.Option) *asyncEnv {
+	t.Helper()
+	ca := testcert.NewCA(t, "receiver CA")
+	recv, receiverURL := withReceiver(t, ca)
+	h := th.New(t, env, append([]th.Option{recv}, opts...)...)
+	team, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner,
+		AllowedWebhookNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, WebhookRootCAs: ca.Pool()})
+	h.G.Expect(err).NotTo(HaveOccurred())
+	url, err := team.Start("127.0.0.1:0")
+	h.G.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = team.Close() })
+	credentialSecret(h, "team-provisioner", teamProvisioner)
+	ap := &tg.ApprovalProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: h.NS},
+		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true,
+			Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "team-provisioner", Key: "token"}},
+			Delivery:     &tg.Delivery{ReceiverURL: receiverURL}},
+	}
+	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
+	e := &asyncEnv{h: h, team: team, url: url, receiverURL: receiverURL,
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}}
+	e.deliveryRegistered()
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	return e
+}
+
+// deliveryRegistered waits until team's Delivery condition is True for its current generation and
+// returns its active registration.
+func (e *asyncEnv) deliveryRegistered() *tg.WebhookRegistration {
+	e.h.T.Helper()
+	var reg *tg.WebhookRegistration
+	e.h.G.Eventually(func(g Gomega) {
+		ap := e.provider(g)
+		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+		g.Expect(c.Reason).To(Equal(tg.ReasonDeliveryRegistered))
+		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
+		g.Expect(ap.Status.Delivery.Active.InstanceID).To(Equal(ap.Status.Instance.ID))
+		reg = ap.Status.Delivery.Active
+	}).WithTimeout(40 * time.Second).Should(Succeed())
+	return reg
+}
+
+func (e *asyncEnv) provider(g Gomega) *tg.ApprovalProvider {
+	ap := &tg.ApprovalProvider{}
+	g.Expect(e.h.K8s.Get(context.Background(), types.NamespacedName{Namespace: e.h.NS, Name: "team"}, ap)).To(Succeed())
+	return ap
+}
+
+// secret is the signing secret of registration reg.
+func (e *asyncEnv) secret(reg *tg.WebhookRegistration) string {
+	s := &corev1.Secret{}
+	e.h.G.Expect(e.h.K8s.Get(context.Background(), types.NamespacedName{Namespace: e.h.NS, Name: reg.SecretName}, s)).To(Succeed())
+	return string(s.Data["signingSecret"])
+}
+
+// post sends a notification body as message id, signed with secret at ts, to the receiver, and
+// returns the HTTP status.
+func (e *asyncEnv) post(secret, id string, ts time.Time, body string) int {
+	e.h.T.Helper()
+	wh, err := standardwebhooks.NewWebhook(secret)
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	sig, err := wh.Sign(id, ts, []byte(body))
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequest(http.MethodPost, e.receiverURL, bytes.NewReader([]byte(body)))
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := e.client.Do(req)
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// resolved is a request.resolved body for request of instance, as message id.
+func resolved(id, instance, request string) string {
+	return `{"id":"` + id + `","type":"request.resolved","instance_id":"` + instance + `","request_id":"` + request + `","created_at":"` + time.Now().UTC().Format(time.RFC3339) + `"}`
+}
+
+// A call of a provider in asynchronous mode waits with no long poll: the provider's decision reaches
+// the manager as a notification, which the receiver records on the ToolCall, and the manager reads
+// the request once and runs the approved call.
+func TestAsynchronousApprovalRunsWithoutPolling(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	g.Consistently(func() int64 { return e.team.Stats().Waiting }).WithTimeout(2*time.Second).Should(BeZero(), "no long poll")
+	gets := e.team.Stats().Gets
+
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
+	g.Expect(running.Status.Notification).NotTo(BeNil())
+	g.Expect(uuid.Parse(running.Status.Notification.ID)).Error().NotTo(HaveOccurred())
+	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
+	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
+}
+
+// The receiver refuses what it cannot trust, answers a duplicate without acting twice, and drops a
+// notification that concerns no waiting call of its instance; none of it changes a ToolCall's
+// outcome or runs anything.
+func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	reg := e.deliveryRegistered()
+	secret := e.secret(reg)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	req := waiting.Status.RequestID
+	unchanged := func(why string) {
+		t.Helper()
+		g.Consistently(func(g Gomega) {
+			tc := h.Get("refund")
+			g.Expect(tc.Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+			g.Expect(tc.Status.Notification).To(BeNil())
+		}).WithTimeout(time.Second).Should(Succeed(), why)
+	}
+
+	forger := "whsec_HxwdHhobGBkWFxQVEhMQEQ4PDA0KCwgJBgcEBQIDAAE="
+	id := uuid.NewString()
+	g.Expect(e.post(forger, id, time.Now(), resolved(id, reg.InstanceID, req))).To(Equal(http.StatusUnauthorized))
+	unchanged("a forged signature")
+	g.Expect(e.post(secret, id, time.Now().Add(-6*time.Minute), resolved(id, reg.InstanceID, req))).To(Equal(http.StatusUnauthorized))
+	unchanged("a timestamp over five minutes old")
+	g.Expect(e.post(secret, id, time.Now(), resolved(uuid.NewString(), reg.InstanceID, req))).To(Equal(http.StatusBadRequest))
+	unchanged("a body id that is not the webhook-id")
+	g.Expect(e.post(secret, id, time.Now(), `{"id":"`+id+`","type":"request.resolved"}`)).To(Equal(http.StatusBadRequest))
+	unchanged("a malformed notification")
+	g.Expect(e.post(secret, id, time.Now(), resolved(id, uuid.NewString(), req))).To(Equal(http.StatusUnauthorized))
+	unchanged("an instance without a registration here")
+	g.Expect(e.post(secret, id, time.Now(), resolved(id, reg.InstanceID, uuid.NewString()))).To(Equal(http.StatusNoContent))
+	unchanged("a request no call waits for is acknowledged and dropped")
+
+	// Another provider object's instance, on the same receiver, notifies about this call's request:
+	// its signature is good, but the request is not its instance's, so nothing is recorded.
+	other := &tg.ApprovalProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: h.NS},
+		Spec: tg.ApprovalProviderSpec{URL: e.url, AllowInsecureHTTP: true,
+			Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "team-provisioner", Key: "token"}},
+			Delivery:     &tg.Delivery{ReceiverURL: e.receiverURL}},
+	}
+	g.Expect(h.K8s.Create(context.Background(), other)).To(Succeed())
+	var otherReg *tg.WebhookRegistration
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.K8s.Get(context.Background(), client.ObjectKeyFromObject(other), other)).To(Succeed())
+		g.Expect(other.Status.Delivery).NotTo(BeNil())
+		g.Expect(other.Status.Delivery.Active).NotTo(BeNil())
+		otherReg = other.Status.Delivery.Active
+	}).WithTimeout(40 * time.Second).Should(Succeed())
+	g.Expect(otherReg.InstanceID).NotTo(Equal(reg.InstanceID))
+	g.Expect(e.post(e.secret(otherReg), id, time.Now(), resolved(id, otherReg.InstanceID, req))).To(Equal(http.StatusNoContent))
+	unchanged("another instance's notification")
+
+	// A genuine notification for a request still pending (as a provider might send before its
+	// decision shows) is recorded and makes the manager read; the call goes on waiting.
+	g.Expect(e.post(secret, id, time.Now(), resolved(id, reg.InstanceID, req))).To(Equal(http.StatusNoContent))
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.Get("refund").Status.Notification).To(HaveField("ID", id))
+	}).Should(Succeed())
+	rv := h.Get("refund").ResourceVersion
+	g.Expect(e.post(secret, id, time.Now(), resolved(id, reg.InstanceID, req))).To(Equal(http.StatusNoContent))
+	g.Expect(h.Get("refund").ResourceVersion).To(Equal(rv), "a duplicate is acknowledged without a write")
+	g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+
+	// A notification for a call that was deleted is acknowledged and dropped.
+	g.Expect(h.K8s.Delete(context.Background(), h.Get("refund"))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "refund"}, &tg.ToolCall{}))
+	}).Should(BeTrue())
+	late := uuid.NewString()
+	g.Expect(e.post(secret, late, time.Now(), resolved(late, reg.InstanceID, req))).To(Equal(http.StatusNoContent))
+}
+
+// A notification lost for good (the provider stopped delivering without the manager knowing) is
+// covered by the safety read: an hour after its last read the waiting call reads its request.
+func TestLostNotificationIsCoveredByTheSafetyRead(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	e := startAsync(t, th.WithClock(clk))
+	h, g := e.h, e.h.G
+	reg := e.deliveryRegistered()
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Hour, ptr.To(2*time.Hour))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+
+	// The provider stops delivering behind the manager's back, then the human approves.
+	pc, err := provider.NewHTTPClient(provider.Options{BaseURL: e.url, Credential: func() (string, error) { return teamProvisioner, nil }})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = pc.UpdateInstanceDelivery(context.Background(), reg.InstanceID, uuid.NewString(), provider.DeliveryUpdate{Remove: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	exp := clk.Now().Add(2 * time.Hour)
+	_, err = e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Consistently(func() tg.ToolCallPhase { return h.Get("refund").Status.Phase }).WithTimeout(2*time.Second).
+		Should(Equal(tg.PhaseAwaitingApproval), "nothing is polled before the safety read")
+
+	clk.SetTime(clk.Now().Add(time.Hour))
+	touch(h, "refund")
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Notification).To(BeNil())
+}
+
+// While the receiver is down the provider keeps delivering; once the manager is back the
+// notification arrives, and until then the restarted manager polls nothing.
+func TestReceiverDownForAWhileGetsTheProvidersRetry(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+
+	h.StopManager()
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() int64 { return e.team.Stats().DeliveryFailures }).Should(BeNumerically(">=", 1), "the provider could not deliver")
+	gets := e.team.Stats().Gets
+	h.Start()
+	running := h.WaitPhase("refund", tg.PhaseRunning, time.Minute)
+	g.Expect(running.Status.Notification).NotTo(BeNil())
+	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(2), "after the restart, the provider object's probe and the read for the notification, and no poll")
+}
+
+// Removing spec.delivery stops the provider's delivery and puts the waiting calls back on long polls.
+func TestRemovingDeliveryFallsBackToLongPolls(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	ap := e.provider(g)
+	ap.Spec.Delivery = nil
+	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		ap := e.provider(g)
+		g.Expect(ap.Status.Delivery).To(BeNil())
+		g.Expect(meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)).To(BeNil())
+	}).Should(Succeed())
+	g.Eventually(func() int64 { return e.team.Stats().Waiting }).Should(BeEquivalentTo(1), "the call long-polls again")
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Notification).To(BeNil())
+	g.Expect(e.team.Stats().Delivered).To(BeZero())
+}
+
+// touch changes an annotation of ToolCall name, which reconciles it.
+func touch(h *th.Harness, name string) {
+	h.T.Helper()
+	tc := h.Get(name)
+	patch := client.MergeFrom(tc.DeepCopy())
+	metav1.SetMetaDataAnnotation(&tc.ObjectMeta, "example.com/touched", time.Now().Format(time.RFC3339Nano))
+	h.G.Expect(h.K8s.Patch(context.Background(), tc, patch)).To(Succeed())
+}
+
+// A decision can reach the receiver before the manager has recorded the request it just submitted:
+// the notification is recorded all the same (the receiver finds the ToolCall through the request's
+// context), and the manager reads the request as soon as its status write is done.
+func TestNotificationBeforeTheStatusWriteIsKept(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Bool
+	holdFirstAwaiting := func(h *th.Harness) {
+		h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, o)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification == nil && held.CompareAndSwap(false, true) {
+						<-release
+					}
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			}), nil
+		}
+	}
+	e := startAsync(t, holdFirstAwaiting)
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	var pending []provider.Request
+	g.Eventually(func(g Gomega) {
+		var err error
+		pending, err = e.team.List(provider.StatusPending)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pending).To(HaveLen(1))
+	}).Should(Succeed())
+	g.Expect(held.Load()).To(BeTrue(), "the status write that records the request is held")
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(pending[0].ID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		tc := h.Get("refund")
+		g.Expect(tc.Status.RequestID).To(BeEmpty())
+		g.Expect(tc.Status.Notification).NotTo(BeNil())
+	}).Should(Succeed())
+	close(release)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.RequestID).To(Equal(pending[0].ID))
+}

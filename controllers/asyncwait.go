@@ -1,0 +1,186 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// Asynchronous mode. A call whose request lives in an instance the provider delivers notifications
+// for holds no long poll and no goroutine: the receiver records the notification on the ToolCall,
+// whose status change brings it here, and the manager reads the request then. Two safety reads cover
+// a notification that never comes: the give-up at the provider's deadline plus the final-state margin
+// (giveUp, whose cancellation answers with the decision if there is one), and one read every
+// safetyReadInterval.
+const (
+	// safetyReadInterval: the provider retries a notification for 7 days, so a read covers only a
+	// notification lost for good (a receiver down longer than the retries, a deleted registration)
+	// or one the provider never sent. At one read an hour a waiting call costs the provider 0.017
+	// requests a minute, under the 0.02 asynchronous mode is for; an approval whose notification was
+	// lost is found within the hour, and most approvals expire sooner: a lost notification ends
+	// such a call as the deadline read finds it, never with a run on a stale approval.
+	safetyReadInterval = time.Hour
+	// notifiedReread is how soon a call reads its request again after a notification found it still
+	// pending (a provider that shows the decision a moment after it notified), for notifiedWindow.
+	notifiedReread = 2 * time.Second
+	notifiedWindow = time.Minute
+)
+
+// asyncReads remembers, per waiting call of an asynchronous provider, when the manager last read its
+// request and which notification it read it for. It is memory only: after a restart a call is read
+// again only for a notification recorded on it, or at its next safety read.
+type asyncReads struct {
+	mu   sync.Mutex
+	last map[types.UID]lastRead
+}
+
+type lastRead struct {
+	at           time.Time
+	notification string
+}
+
+func newAsyncReads() *asyncReads { return &asyncReads{last: map[types.UID]lastRead{}} }
+
+// due reports whether tc's request is to be read now: for a notification not read yet, or at its
+// safety read. A call seen for the first time is read only for a notification.
+func (a *asyncReads) due(tc *tg.ToolCall, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, seen := a.last[tc.UID]
+	if !seen {
+		l = lastRead{at: now}
+		a.last[tc.UID] = l
+	}
+	if n := tc.Status.Notification; n != nil && n.ID != l.notification {
+		return true
+	}
+	return !now.Before(l.at.Add(safetyReadInterval))
+}
+
+// read records a read of tc's request at now.
+func (a *asyncReads) read(tc *tg.ToolCall, now time.Time) {
+	l := lastRead{at: now}
+	if n := tc.Status.Notification; n != nil {
+		l.notification = n.ID
+	}
+	a.mu.Lock()
+	a.last[tc.UID] = l
+	a.mu.Unlock()
+}
+
+// retry makes tc's request due for a read at its next reconcile.
+func (a *asyncReads) retry(uid types.UID) {
+	a.mu.Lock()
+	a.last[uid] = lastRead{}
+	a.mu.Unlock()
+}
+
+// next is when tc's next safety read is due.
+func (a *asyncReads) next(tc *tg.ToolCall) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last[tc.UID].at.Add(safetyReadInterval)
+}
+
+// forget drops tc's record once it no longer waits.
+func (a *asyncReads) forget(uid types.UID) {
+	a.mu.Lock()
+	delete(a.last, uid)
+	a.mu.Unlock()
+}
+
+// awaitNotification keeps an asynchronous call waiting until a notification or a safety read finds
+// its request decided, then applies the decision as a long poll's would be.
+func (r *ToolCallReconciler) awaitNotification(ctx context.Context, sc *scope, ref provider.Ref, until time.Time) (ctrl.Result, error) {
+	tc := sc.tc
+	now := r.Clock.Now()
+	if r.asyncReads.due(tc, now) {
+		req, err := r.providerOf(tc).Wait(ctx, ref, 0)
+		switch {
+		case err != nil && (provider.CodeOf(err) == provider.CodeNotFound || provider.IsUntrusted(err)):
+			return r.failClosed(ctx, sc, err)
+		case err != nil:
+			// Read again at the next reconcile: a notification is not lost to a failed read.
+			r.asyncReads.retry(tc.UID)
+			return ctrl.Result{}, err
+		case provider.IsTerminal(req.Status):
+			r.asyncReads.forget(tc.UID)
+			return r.applyDecision(ctx, sc, req)
+		}
+		recordRequest(tc, req)
+		if n := tc.Status.Notification; n != nil && now.Sub(n.ReceivedAt.Time) < notifiedWindow {
+			// Notified, yet still pending: a provider may show the decision a moment after it
+			// notified.
+			r.asyncReads.retry(tc.UID)
+			return ctrl.Result{RequeueAfter: notifiedReread}, nil
+		}
+		r.asyncReads.read(tc, now)
+	}
+	wake := r.asyncReads.next(tc)
+	if until.Before(wake) {
+		wake = until
+	}
+	return ctrl.Result{RequeueAfter: max(wake.Sub(now), time.Second)}, nil
+}
+
+// asynchronous reports whether tc's request lives in an instance its provider delivers
+// notifications for, so that it waits without a long poll.
+func (p *providers) asynchronous(ctx context.Context, tc *tg.ToolCall) bool {
+	instance := tc.Annotations[tg.AnnotationProviderInstance]
+	k, err := acceptedProvider(tc)
+	if err != nil || k == flagsProvider || instance == "" {
+		return false
+	}
+	obj := newProviderObject(k.kind)
+	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj); err != nil {
+		return false
+	}
+	d := obj.GetStatus().Delivery
+	return d != nil && d.Active != nil && d.Active.InstanceID == instance
+}
+
+// deliveryChanged lets through a provider object whose active delivery registration changed: its
+// waiting calls switch between long polls and notifications.
+type deliveryChanged struct{ predicate.Funcs }
+
+func (deliveryChanged) Create(event.CreateEvent) bool   { return false }
+func (deliveryChanged) Delete(event.DeleteEvent) bool   { return false }
+func (deliveryChanged) Generic(event.GenericEvent) bool { return false }
+func (deliveryChanged) Update(e event.UpdateEvent) bool {
+	was, is := e.ObjectOld.(tg.GenericProvider).GetStatus().Delivery, e.ObjectNew.(tg.GenericProvider).GetStatus().Delivery
+	active := func(d *tg.DeliveryStatus) string {
+		if d == nil || d.Active == nil {
+			return ""
+		}
+		return d.Active.RegistrationID + "/" + d.Active.InstanceID
+	}
+	return active(was) != active(is)
+}
+
+// waitingCallsOf maps a provider object to its calls that have not ended.
+func waitingCallsOf(c client.Reader, kind string) func(context.Context, client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		k := providerKey{kind: kind, namespace: o.GetNamespace(), name: o.GetName()}
+		calls := &tg.ToolCallList{}
+		if err := c.List(ctx, calls, client.MatchingFields{providerField: providerIndex(k)}); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, tc := range calls.Items {
+			if tc.Status.Phase == tg.PhaseAwaitingApproval {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&tc)})
+			}
+		}
+		return out
+	}
+}

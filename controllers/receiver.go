@@ -1,0 +1,307 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/aapwebhook"
+	"toolgate.dev/toolgate/internal/provider"
+)
+
+// ReceiverPath is where the receiver takes AAP's webhook messages.
+const ReceiverPath = "/aap/events"
+
+// Receiver is the manager's AAP webhook receiver (asynchronous mode). It answers a provider's
+// verification message for a registration a provider object proposed, and records a
+// request.resolved notification on the ToolCall it concerns before acknowledging it, so that a crash
+// after the answer loses nothing; the ToolCall controller then reads the request. A notification
+// never carries a decision: it only makes the manager read the request.
+type Receiver struct {
+	// Cache reads provider objects and ToolCalls as the controllers see them; Client writes the
+	// ToolCall's status and reads what the cache may not show yet.
+	Cache     client.Reader
+	Client    client.Client
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+	Log       logr.Logger
+	providers *providers
+}
+
+// answer is the receiver's reply to a message: its HTTP status, the outcome counted, the challenge
+// of an accepted verification, and why it was refused.
+type answer struct {
+	status    int
+	outcome   string
+	challenge string
+	err       error
+}
+
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path != ReceiverPath {
+		http.NotFound(w, req)
+		return
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "only POST", http.StatusMethodNotAllowed)
+		return
+	}
+	kind, a := rc.handle(req.Context(), w, req)
+	receiverMessages.WithLabelValues(kind, a.outcome).Inc()
+	if a.err != nil {
+		rc.Log.V(1).Info("webhook message not accepted", "type", kind, "status", a.status, "outcome", a.outcome, "error", a.err.Error())
+	}
+	switch {
+	case a.challenge != "":
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"challenge": a.challenge})
+	case a.status == http.StatusNoContent:
+		w.WriteHeader(a.status)
+	default:
+		if a.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "5")
+		}
+		http.Error(w, a.outcome, a.status)
+	}
+}
+
+// handle reads, verifies and acts on one message; kind is its type for the metric.
+func (rc *Receiver) handle(ctx context.Context, w http.ResponseWriter, req *http.Request) (kind string, a answer) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, aapwebhook.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return "unknown", answer{status: http.StatusRequestEntityTooLarge, outcome: "too_large", err: err}
+		}
+		return "unknown", answer{status: http.StatusBadRequest, outcome: "malformed", err: err}
+	}
+	m, err := aapwebhook.Peek(body)
+	if err != nil {
+		return "unknown", answer{status: http.StatusBadRequest, outcome: "malformed", err: err}
+	}
+	if m.Type == aapwebhook.TypeVerification {
+		return "verification", rc.verify(ctx, m, body, req.Header)
+	}
+	return "notification", rc.notify(ctx, m, body, req.Header)
+}
+
+// verify answers a verification message: only for a registration a provider object proposed, for the
+// instance it proposed it for, signed with its secret.
+func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
+	k, obj, err := rc.providerBy(ctx, registrationField, m.RegistrationID)
+	if err != nil {
+		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
+	}
+	var reg *tg.WebhookRegistration
+	if obj != nil {
+		if d := obj.GetStatus().Delivery; d != nil && d.Proposed != nil && d.Proposed.RegistrationID == m.RegistrationID {
+			reg = d.Proposed
+		}
+	}
+	if reg == nil {
+		return answer{status: http.StatusForbidden, outcome: "unknown_registration", err: fmt.Errorf("no provider object proposed registration %s", m.RegistrationID)}
+	}
+	if err := rc.check(ctx, k, reg, m, body, h); err != nil {
+		return answer{status: statusOf(err), outcome: outcomeOf(err), err: err}
+	}
+	if m.InstanceID != reg.InstanceID {
+		return answer{status: http.StatusForbidden, outcome: "unknown_registration", err: fmt.Errorf("registration %s is for instance %s, not %s", reg.RegistrationID, reg.InstanceID, m.InstanceID)}
+	}
+	return answer{status: http.StatusOK, outcome: "accepted", challenge: m.Challenge}
+}
+
+// notify records a notification on the ToolCall whose request it names. A notification for a call
+// that ended, or for a request no call has, is acknowledged and dropped: nothing waits for it.
+func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
+	k, obj, err := rc.providerBy(ctx, instanceField, m.InstanceID)
+	if err != nil {
+		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
+	}
+	if obj == nil {
+		return answer{status: http.StatusUnauthorized, outcome: "unauthenticated", err: fmt.Errorf("no registration of instance %s", m.InstanceID)}
+	}
+	var verr error = fmt.Errorf("%w: no registration of instance %s verifies it", aapwebhook.ErrUnauthenticated, m.InstanceID)
+	for _, reg := range rc.registrationsOf(obj, m.InstanceID) {
+		if verr = rc.check(ctx, k, reg, m, body, h); verr == nil {
+			break
+		}
+	}
+	if verr != nil {
+		return answer{status: statusOf(verr), outcome: outcomeOf(verr), err: verr}
+	}
+	tc, err := rc.callOf(ctx, k, m)
+	switch {
+	case err != nil:
+		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
+	case tc == nil || tc.Status.Phase.IsTerminal():
+		return answer{status: http.StatusNoContent, outcome: "discarded"}
+	case tc.Status.Notification != nil && tc.Status.Notification.ID == m.ID:
+		return answer{status: http.StatusNoContent, outcome: "duplicate"}
+	}
+	base := tc.DeepCopy()
+	tc.Status.Notification = &tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
+	if err := rc.Client.Status().Patch(ctx, tc, client.MergeFrom(base)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return answer{status: http.StatusNoContent, outcome: "discarded"}
+		}
+		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: fmt.Errorf("recording the notification on ToolCall %s/%s: %w", tc.Namespace, tc.Name, err)}
+	}
+	return answer{status: http.StatusNoContent, outcome: "accepted"}
+}
+
+// registrationsOf are the registrations of obj that may have signed a notification for instance: the
+// active one, and the one it replaced (for a replaced instance, or for attempts in flight shortly
+// after a rotation).
+func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*tg.WebhookRegistration {
+	d := obj.GetStatus().Delivery
+	if d == nil {
+		return nil
+	}
+	var out []*tg.WebhookRegistration
+	if a := d.Active; a != nil && a.InstanceID == instance {
+		out = append(out, a)
+	}
+	if p := d.Previous; p != nil && p.InstanceID == instance {
+		replacedRecently := d.Active != nil && d.Active.Since != nil && rc.Clock.Since(d.Active.Since.Time) <= previousGrace
+		if replacedRecently || (d.Active != nil && d.Active.InstanceID != instance) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// check verifies message m with the signing secret of registration reg.
+func (rc *Receiver) check(ctx context.Context, k providerKey, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
+	secret, err := rc.providers.secretValue(ctx, types.NamespacedName{Namespace: rc.providers.namespaceOf(k), Name: reg.SecretName}, signingSecretKey)
+	if err != nil {
+		return fmt.Errorf("%w: the signing secret of registration %s: %v", errUnavailable, reg.RegistrationID, err)
+	}
+	return aapwebhook.Verify(secret, m, body, h, rc.Clock.Now())
+}
+
+var errUnavailable = errors.New("unavailable")
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, aapwebhook.ErrMalformed):
+		return http.StatusBadRequest
+	case errors.Is(err, aapwebhook.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	}
+	return http.StatusServiceUnavailable
+}
+
+func outcomeOf(err error) string {
+	switch statusOf(err) {
+	case http.StatusBadRequest:
+		return "malformed"
+	case http.StatusUnauthorized:
+		return "unauthenticated"
+	}
+	return "unavailable"
+}
+
+// providerBy finds the provider object whose delivery status holds value under index field.
+func (rc *Receiver) providerBy(ctx context.Context, field, value string) (providerKey, tg.GenericProvider, error) {
+	aps := &tg.ApprovalProviderList{}
+	if err := rc.Cache.List(ctx, aps, client.MatchingFields{field: value}); err != nil {
+		return providerKey{}, nil, err
+	}
+	if len(aps.Items) > 0 {
+		ap := &aps.Items[0]
+		return providerKey{kind: tg.KindApprovalProvider, namespace: ap.Namespace, name: ap.Name}, ap, nil
+	}
+	caps := &tg.ClusterApprovalProviderList{}
+	if err := rc.Cache.List(ctx, caps, client.MatchingFields{field: value}); err != nil {
+		return providerKey{}, nil, err
+	}
+	if len(caps.Items) > 0 {
+		cap := &caps.Items[0]
+		return providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap, nil
+	}
+	return providerKey{}, nil, nil
+}
+
+// callOf finds the unfinished ToolCall whose request the notification names, submitted to its
+// instance of provider k. One whose request id the status does not show yet (the notification came
+// before the status write of its submission) is found through the request itself: its context names
+// the ToolCall.
+func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Message) (*tg.ToolCall, error) {
+	calls := &tg.ToolCallList{}
+	if err := rc.Cache.List(ctx, calls, client.MatchingFields{requestIDField: m.RequestID}); err != nil {
+		return nil, err
+	}
+	for i := range calls.Items {
+		if tc := &calls.Items[i]; rc.submittedTo(tc, k, m.InstanceID) {
+			return tc, nil
+		}
+	}
+	c, _, problem, err := rc.providers.client(ctx, k, false, m.InstanceID)
+	if err != nil || problem != "" {
+		return nil, errors.Join(err, errorsIf(problem))
+	}
+	lc, ok := c.(interface {
+		Lookup(context.Context, string) (*provider.Request, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := lc.Lookup(rctx, m.RequestID)
+	if provider.CodeOf(err) == provider.CodeNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rcx struct {
+		Namespace string `json:"namespace"`
+		ToolCall  struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"tool_call"`
+	}
+	if len(req.Context) == 0 || json.Unmarshal(req.Context, &rcx) != nil || rcx.ToolCall.Name == "" {
+		// The provider does not echo the context. A request this young may be one whose submission's
+		// status write has not landed yet: the provider is asked to deliver again shortly.
+		if rc.Clock.Since(req.CreatedAt) < time.Minute {
+			return nil, fmt.Errorf("request %s is not recorded on a ToolCall yet", m.RequestID)
+		}
+		return nil, nil
+	}
+	tc := &tg.ToolCall{}
+	if err := rc.APIReader.Get(ctx, types.NamespacedName{Namespace: rcx.Namespace, Name: rcx.ToolCall.Name}, tc); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if string(tc.UID) != rcx.ToolCall.UID || !rc.submittedTo(tc, k, m.InstanceID) {
+		return nil, nil
+	}
+	return tc, nil
+}
+
+// submittedTo reports whether tc's request was submitted to instance of provider k.
+func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providerKey, instance string) bool {
+	got, err := acceptedProvider(tc)
+	return err == nil && got == k && tc.Annotations[tg.AnnotationProviderInstance] == instance
+}
+
+func errorsIf(problem string) error {
+	if problem == "" {
+		return nil
+	}
+	return errors.New(problem)
+}
