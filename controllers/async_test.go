@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,6 +206,14 @@ func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 		}).WithTimeout(time.Second).Should(Succeed(), why)
 	}
 
+	refused := func(outcome string) float64 {
+		return th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "notification", "outcome": outcome})
+	}
+	forged, malformed := refused("unauthenticated"), th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "malformed"})
+	tooLarge := th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "too_large"})
+	big := uuid.NewString()
+	g.Expect(e.post(secret, big, time.Now(), `{"id":"`+big+`","pad":"`+strings.Repeat("x", 20<<10)+`"}`)).To(Equal(http.StatusRequestEntityTooLarge))
+	unchanged("an oversized message")
 	forger := "whsec_HxwdHhobGBkWFxQVEhMQEQ4PDA0KCwgJBgcEBQIDAAE="
 	id := uuid.NewString()
 	g.Expect(e.post(forger, id, time.Now(), resolved(id, reg.InstanceID, req))).To(Equal(http.StatusUnauthorized))
@@ -216,6 +226,9 @@ func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 	unchanged("a malformed notification")
 	g.Expect(e.post(secret, id, time.Now(), resolved(id, uuid.NewString(), req))).To(Equal(http.StatusUnauthorized))
 	unchanged("an instance without a registration here")
+	g.Expect(refused("unauthenticated")-forged).To(BeEquivalentTo(3), "forged, too old, unknown instance: counted")
+	g.Expect(th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "malformed"})-malformed).To(BeEquivalentTo(1))
+	g.Expect(th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "too_large"})-tooLarge).To(BeEquivalentTo(1))
 	g.Expect(e.post(secret, id, time.Now(), resolved(id, reg.InstanceID, uuid.NewString()))).To(Equal(http.StatusNoContent))
 	unchanged("a request no call waits for is acknowledged and dropped")
 
@@ -382,4 +395,79 @@ func TestNotificationBeforeTheStatusWriteIsKept(t *testing.T) {
 	close(release)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.RequestID).To(Equal(pending[0].ID))
+}
+
+// verification posts a webhook.verification for registration and instance, signed with secret, and
+// returns the status and the challenge answered.
+func (e *asyncEnv) verification(secret, registration, instance string) (int, string) {
+	e.h.T.Helper()
+	id, challenge := uuid.NewString(), uuid.NewString()
+	body := `{"id":"` + id + `","type":"webhook.verification","registration_id":"` + registration + `","instance_id":"` + instance +
+		`","created_at":"` + time.Now().UTC().Format(time.RFC3339) + `","challenge":"` + challenge + `"}`
+	wh, err := standardwebhooks.NewWebhook(secret)
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	sig, err := wh.Sign(id, time.Now(), []byte(body))
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequest(http.MethodPost, e.receiverURL, bytes.NewReader([]byte(body)))
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := e.client.Do(req)
+	e.h.G.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	var got struct {
+		Challenge string `json:"challenge"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	if got.Challenge != "" && got.Challenge != challenge {
+		e.h.T.Fatalf("the receiver answered challenge %q to %q", got.Challenge, challenge)
+	}
+	return resp.StatusCode, got.Challenge
+}
+
+// Rotating the signing secret registers anew, with a new registration id and secret, verified by
+// the provider before it commits; the receiver answers a verification only for a registration a
+// provider object proposed. Notifications signed with the replaced secret are still accepted for a
+// while (attempts in flight), and the new secret's are.
+func TestRotationRegistersANewSecretAndTheReceiverAnswersOnlyWhatItExpects(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	first := e.deliveryRegistered()
+	verifications := e.team.Stats().WebhookVerifications
+
+	// Nobody proposed these: refused, whatever the signature.
+	status, challenge := e.verification(e.secret(first), uuid.NewString(), first.InstanceID)
+	g.Expect(status).To(Equal(http.StatusForbidden))
+	g.Expect(challenge).To(BeEmpty())
+	status, _ = e.verification(e.secret(first), first.RegistrationID, first.InstanceID)
+	g.Expect(status).To(Equal(http.StatusForbidden), "an active registration is not proposed any more")
+
+	ap := e.provider(g)
+	ap.Spec.Delivery.Rotation = "2026-12"
+	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
+	var second *tg.WebhookRegistration
+	g.Eventually(func(g Gomega) {
+		ap := e.provider(g)
+		g.Expect(ap.Status.Delivery.Active.Rotation).To(Equal("2026-12"))
+		second = ap.Status.Delivery.Active
+		g.Expect(ap.Status.Delivery.Previous).To(HaveField("RegistrationID", first.RegistrationID))
+	}).WithTimeout(40 * time.Second).Should(Succeed())
+	e.deliveryRegistered()
+	g.Expect(second.RegistrationID).NotTo(Equal(first.RegistrationID))
+	g.Expect(second.SecretName).NotTo(Equal(first.SecretName))
+	g.Expect(e.secret(second)).NotTo(Equal(e.secret(first)))
+	g.Expect(second.InstanceID).To(Equal(first.InstanceID))
+	g.Expect(e.team.Stats().WebhookVerifications-verifications).To(BeEquivalentTo(1), "the provider verified the new registration")
+
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	req := h.WaitPhase("refund", tg.PhaseAwaitingApproval).Status.RequestID
+	old := uuid.NewString()
+	g.Expect(e.post(e.secret(first), old, time.Now(), resolved(old, first.InstanceID, req))).To(Equal(http.StatusNoContent), "in flight with the replaced secret")
+	g.Eventually(func(g Gomega) { g.Expect(h.Get("refund").Status.Notification).To(HaveField("ID", old)) }).Should(Succeed())
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(req, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	h.WaitPhase("refund", tg.PhaseRunning)
+	g.Eventually(func() int64 { return e.team.Stats().Delivered }).Should(BeEquivalentTo(1), "the provider's notification, signed with the new secret, was acknowledged")
 }
