@@ -4,7 +4,8 @@
 #
 #   hack/cluster.sh up       # build what is missing, start the cluster, build and import the images
 #   hack/cluster.sh images   # rebuild the images from this checkout (and import them when it runs)
-#   hack/cluster.sh install  # install Toolgate (config/dev: dist/install.yaml + the reference provider)
+#   hack/cluster.sh install  # install Toolgate (config/dev: dist/install.yaml + the reference provider
+#                            # + the manager's AAP webhook receiver, with a certificate issued here)
 #   hack/cluster.sh down     # stop everything the cluster started and remove its state
 #   hack/cluster.sh kubeconfig  # print the admin kubeconfig's path
 #
@@ -42,6 +43,9 @@ AGENT_IMAGE=localhost/toolgate/kubectl-toolcall:dev
 PAUSE_IMAGE=localhost/toolgate/pause:3.10
 # The reference provider's Service address in config/dev (there is no cluster DNS).
 PROVIDER_URL=http://10.96.0.10:8085
+# The manager's AAP webhook receiver (config/receiver; the Service has the fixed address 10.96.0.11 in
+# config/dev, which the reference provider's Pod resolves this name to).
+RECEIVER_URL=https://toolgate-aap-receiver.toolgate-system.svc/aap/events
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'hack/cluster.sh: %s\n' "$*" >&2; exit 1; }
@@ -63,6 +67,7 @@ ensure_packages() {
   [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
   command -v ip >/dev/null || missing+=(iproute2)
+  command -v openssl >/dev/null || missing+=(openssl)
   ((${#missing[@]})) || return 0
   say "installing ${missing[*]} with apt-get"
   local log
@@ -185,6 +190,29 @@ cmd_down() {
   say "cluster stopped and removed"
 }
 
+# receiver_tls issues, once per cluster, a CA of its own (${state}/receiver/ca.crt) and from it the
+# serving certificate of the manager's AAP webhook receiver (config/receiver) for the names of its
+# Service, toolgate-aap-receiver in toolgate-system; the reference provider trusts that CA only.
+receiver_tls() {
+  local dir="${state}/receiver" svc=toolgate-aap-receiver.toolgate-system.svc
+  [[ -s "${dir}/ca.crt" && -s "${dir}/tls.crt" && -s "${dir}/tls.key" ]] && return 0
+  mkdir -p "${dir}"
+  (
+    umask 077
+    cd "${dir}"
+    openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -subj "/CN=toolgate local cluster receiver CA" -keyout ca.key -out ca.crt \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=${svc}" -keyout tls.key -out tls.csr
+    printf '%s\n' "subjectAltName=DNS:${svc},DNS:${svc}.cluster.local" "basicConstraints=critical,CA:FALSE" \
+      "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >tls.ext
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -set_serial "0x$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')" \
+      -days 365 -extfile tls.ext -out tls.crt
+    rm -f tls.csr tls.ext
+    chmod 644 ca.crt tls.crt
+  ) >"${state}/receiver.log" 2>&1 || { cat "${state}/receiver.log" >&2; die "issuing the receiver's certificate with openssl failed"; }
+}
+
 # cmd_install installs Toolgate as users do (dist/install.yaml, here through the config/dev overlay that
 # adds the reference provider and points the manager at it) with a fresh provider credential.
 cmd_install() {
@@ -200,6 +228,12 @@ cmd_install() {
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
     --from-file=provisioner-token="${token}" --from-file=approvers="${approvers}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The manager's webhook receiver (config/receiver): its certificate, and the CA the provider trusts.
+  receiver_tls
+  kubectl -n toolgate-system create secret tls toolgate-receiver-tls --cert="${state}/receiver/tls.crt" \
+    --key="${state}/receiver/tls.key" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n toolgate-system create configmap toolgate-receiver-ca --from-file=ca.crt="${state}/receiver/ca.crt" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   local existed=0
   kubectl -n toolgate-system get deployment toolgate-controller-manager >/dev/null 2>&1 && existed=1
   # config/dev builds on dist/install.yaml, which lies outside it.
@@ -219,7 +253,7 @@ cmd_install() {
   fi
   kubectl apply -f config/dev/cluster_approval_provider.yaml >&2
   kubectl wait --for=condition=Ready clusterapprovalprovider/default --timeout=120s >&2
-  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (admin credential in ${cred}); the ClusterApprovalProvider default provisioned its instance there"
+  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (admin credential in ${cred}); the ClusterApprovalProvider default provisioned its instance there; the manager's AAP webhook receiver is ${RECEIVER_URL} (CA in ${state}/receiver/ca.crt)"
 }
 
 case "${1:-}" in
