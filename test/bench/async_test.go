@@ -165,10 +165,11 @@ func readControlPlane(b *testing.B) controlPlaneMemory {
 	return controlPlaneMemory{a, e}
 }
 
-// cell is "total (+growth)" in MiB: the memory now, and how much it grew since before.
+// cells are "total (+growth)" in MiB, for the apiserver and for etcd: the memory now, and how much
+// it grew (or shrank) since before.
 func (m controlPlaneMemory) cells(before controlPlaneMemory) string {
 	f := func(now, was int64) string {
-		return fmt.Sprintf("%.0f (+%.0f)", float64(now)/(1<<20), float64(now-was)/(1<<20))
+		return fmt.Sprintf("%.0f (%+.0f)", float64(now)/(1<<20), float64(now-was)/(1<<20))
 	}
 	return f(m.apiserver, before.apiserver) + " | " + f(m.etcd, before.etcd)
 }
