@@ -1,10 +1,11 @@
 // Package bench measures Toolgate's event-driven long-poll design against the baseline most
-// Kubernetes approval controllers use (requeue the object and read the provider every 5s), in one
-// run, on one machine: envtest's apiserver, the reference provider on loopback, and the manager as
-// its own process (so its memory is its own).
+// Kubernetes approval controllers use (requeue the object and read the provider every 5s), and
+// AAP's asynchronous mode (the provider notifies the manager's webhook receiver), in one run, on one
+// machine: envtest's apiserver, the reference provider on loopback, and the manager as its own
+// process (so its memory is its own).
 //
 //	make bench                                   # all sizes, writes docs/performance.md
-//	go test ./test/bench/ -run '^$' -bench . -benchtime 1x -args -bench.sizes=100
+//	go test ./test/bench/ -run '^$' -bench . -benchtime 1x -args -bench.sizes=100 -bench.modes=longpoll,async
 package bench
 
 import (
@@ -20,7 +21,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,8 +54,8 @@ import (
 )
 
 var (
-	sizesFlag   = flag.String("bench.sizes", "100,1000,10000", "numbers of pending ToolCalls")
-	modesFlag   = flag.String("bench.modes", "longpoll,requeue", "designs to measure: longpoll (Toolgate) and requeue (the baseline)")
+	sizesFlag   = flag.String("bench.sizes", "100,1000,10000,async:100000", "numbers of pending ToolCalls, for every mode, or for one mode alone when written mode:N")
+	modesFlag   = flag.String("bench.modes", "longpoll,requeue,async", "designs to measure: longpoll (Toolgate, synchronous), requeue (the baseline) and async (Toolgate with AAP webhooks); the throughput run takes longpoll and requeue")
 	window      = flag.Duration("bench.window", time.Minute, "steady-state window over which provider requests and writes are counted")
 	decisions   = flag.Int("bench.decisions", 1000, "approvals whose decision-to-Job latency is measured (at most N), arriving at 20 a second on average")
 	throughputN = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
@@ -79,7 +79,7 @@ func TestMain(m *testing.M) {
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	var err error
-	env, err = th.StartEnv()
+	env, err = th.StartEnv(configureControlPlane)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -119,56 +119,48 @@ func managerBinary(b testing.TB, mode string) string {
 	return th.ManagerBinary(b)
 }
 
-func sizes() []int {
-	var out []int
-	for _, s := range strings.Split(*sizesFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err == nil && n > 0 {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // newWorld is a namespace, a reference provider and a manager process in the given mode, with the
-// design's default margins and a 30s long-poll wait.
+// design's default margins and a 30s long-poll wait; in mode async the manager serves its webhook
+// receiver and the Tool names an ApprovalProvider whose provider delivers to it.
 func newWorld(b *testing.B, mode string) (*th.Harness, *th.Process) {
 	opts := []th.Option{th.WithoutManager(), th.WithPollWait(30 * time.Second)}
 	args := modeArgs(mode)
+	var providerCA []byte
 	if *useTLS {
-		ca := testcert.NewCA(b, "bench provider CA")
+		ca := testcert.NewCAValidFor(b, "bench provider CA", certValidity)
+		providerCA = ca.PEM
 		caFile := filepath.Join(b.TempDir(), "ca.pem")
 		NewWithT(b).Expect(os.WriteFile(caFile, ca.PEM, 0o600)).To(Succeed())
 		opts = append(opts, th.WithProviderTLS(ca.ServerCert(b)), th.WithProvider(func(o *reference.Options) { o.HTTP2 = true }),
 			th.WithProviderClient(func(o *provider.Options) { o.CAFile = caFile }))
 		args = append(args, "--provider-ca-file", caFile)
 	}
+	var recv receiver
+	if mode == "async" {
+		recv = newReceiver(b)
+		opts = append(opts, recv.opt)
+		args = append(args, recv.args...)
+	}
 	h := th.New(b, env, opts...)
 	h.Opts.Timing = controllers.DefaultTiming()
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	var err error
 	pprofAddr, err = th.FreeAddr() // the package's: liveBytes reads it
 	NewWithT(b).Expect(err).NotTo(HaveOccurred())
 	args = append(args, "--pprof-bind-address", pprofAddr)
 	p := h.StartBinary(managerBinary(b, mode), args...)
 	h.G.Eventually(func() error { _, err := scrape(p); return err }).WithTimeout(time.Minute).Should(Succeed())
+	var tool []func(*tg.Tool)
+	if mode == "async" {
+		tool = append(tool, startDelivery(b, h, recv, providerCA))
+	}
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, tool...)
 	return h, p
 }
 
-// BenchmarkPending: N ToolCalls wait for a human; decisions arrive at random times.
-func BenchmarkPending(b *testing.B) {
-	for _, mode := range strings.Split(*modesFlag, ",") {
-		for _, n := range sizes() {
-			b.Run(fmt.Sprintf("mode=%s/N=%d", mode, n), func(b *testing.B) {
-				for range b.N {
-					results = append(results, pending(b, mode, n))
-				}
-			})
-		}
-	}
-}
-
-func pending(b *testing.B, mode string, n int) string {
+// pending measures N pending ToolCalls in a mode and returns the table's row; unless it is the last
+// run, it then clears what it created, so that the next run's apiserver and etcd hold only their own.
+func pending(b *testing.B, mode string, n int, last bool) string {
+	cp0 := readControlPlane(b)
 	h, p := newWorld(b, mode)
 	g := h.G
 	idleRSS, err := p.RSS()
@@ -177,11 +169,16 @@ func pending(b *testing.B, mode string, n int) string {
 
 	jobsSeen := watchJobs(b, h)
 	states := watchPhases(b, h, nil)
-	names := createToolCalls(b, h, n, 30*time.Minute)
-	g.Eventually(func() int64 { return h.Provider.Stats().Creates }).WithTimeout(30*time.Minute).WithPolling(time.Second).
+	// The calls must not reach their waiting limit before the decisions: creating 100,000 takes a while.
+	limit := max(30*time.Minute, time.Duration(n)*50*time.Millisecond)
+	created := time.Now()
+	names := createToolCalls(b, h, n, limit)
+	b.Logf("%d ToolCalls created in %s", n, time.Since(created).Round(time.Second))
+	g.Eventually(func() int64 { return h.Provider.Stats().Creates }).WithTimeout(limit).WithPolling(time.Second).
 		Should(BeNumerically("==", n), "requests submitted")
 	g.Eventually(func() int { return states.count(tg.PhaseAwaitingApproval) }).WithTimeout(10*time.Minute).WithPolling(time.Second).
 		Should(Equal(n), "ToolCalls AwaitingApproval")
+	b.Logf("%d ToolCalls AwaitingApproval %s after the first create", n, time.Since(created).Round(time.Second))
 
 	// Steady state: nothing changes; count what waiting costs.
 	before, err := scrape(p)
@@ -202,6 +199,7 @@ func pending(b *testing.B, mode string, n int) string {
 	conns := float64(s1.Connections-s0.Connections) / window.Minutes()
 	steadyWrites := after.writes("") - before.writes("")
 	rssPer := float64(rss-idleRSS) / float64(n)
+	cp := readControlPlane(b)
 
 	// Decisions at random times, 20 a second on average; latency from the approval to the Job being seen.
 	m0, err := scrape(p)
@@ -232,15 +230,22 @@ func pending(b *testing.B, mode string, n int) string {
 		}
 	}
 	b.Logf("slowest decisions: %v", lat[max(0, len(lat)-5):])
+	if mode == "async" {
+		st := h.Provider.Stats()
+		b.Logf("notifications: %d delivered, %d failed attempts", st.Delivered, st.DeliveryFailures)
+	}
 
-	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.0f | %.1f | %.1f |",
-		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, conns, steadyWrites, rssPer/1024, livePer/1024)
+	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.0f | %.1f | %.1f | %s |",
+		mode, n, ms(pct(lat, 50)), ms(pct(lat, 99)), reqs, conns, steadyWrites, rssPer/1024, livePer/1024, cp.cells(cp0))
 	b.Logf("%s\n%s", header, row)
 	p.Kill()
+	if !last {
+		clearNamespace(b, h, names)
+	}
 	return row
 }
 
-const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | provider connections opened / min | apiserver writes in the steady window | RSS KiB / pending | live heap + stacks KiB / pending |\n|---|---|---|---|---|---|---|---|---|"
+const header = "| Design | Pending | Decision→Job p50 | p99 | Provider requests / pending / min | provider connections opened / min | apiserver writes in the steady window | RSS KiB / pending | live heap + stacks KiB / pending | apiserver RSS MiB (+ in this run) | etcd RSS MiB (+ in this run) |\n|---|---|---|---|---|---|---|---|---|---|---|"
 
 // BenchmarkThroughput: ToolCalls from creation to Succeeded as fast as the system allows, approved
 // as soon as they are pending, Jobs finished as soon as they exist.
@@ -249,6 +254,9 @@ func BenchmarkThroughput(b *testing.B) {
 	crdCeiling = apiserverCeiling(b, "toolcalls")
 	b.Logf("apiserver write ceiling: %.0f writes/s (ConfigMaps), %.0f writes/s (ToolCalls)", ceiling, crdCeiling)
 	for _, mode := range strings.Split(*modesFlag, ",") {
+		if mode == "async" {
+			continue // the pending runs measure it; the throughput run compares the synchronous designs
+		}
 		b.Run("mode="+mode, func(b *testing.B) {
 			for range b.N {
 				thrRows = append(thrRows, throughput(b, mode, *throughputN))
@@ -380,6 +388,20 @@ func apiserverCeiling(b *testing.B, kind string) float64 {
 	}
 	wg.Wait()
 	return float64(writes.Load()) / time.Since(start).Seconds()
+}
+
+// BenchmarkPending: N ToolCalls wait for a human; decisions arrive at random times. It is declared
+// after BenchmarkThroughput so that it runs after it: its last run (100,000 pending by default) is
+// left in place, and the throughput run and the apiserver's ceiling are measured without it.
+func BenchmarkPending(b *testing.B) {
+	cases := pendingCases()
+	for i, c := range cases {
+		b.Run(caseName(c.mode, c.n), func(b *testing.B) {
+			for range b.N {
+				results = append(results, pending(b, c.mode, c.n, i == len(cases)-1))
+			}
+		})
+	}
 }
 
 // createToolCalls creates n ToolCalls with 32 concurrent clients and returns their names.
@@ -635,11 +657,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Micros
 
 func report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured %s on a %d-CPU machine, with `go test ./test/bench/ -run '^$' -bench . -benchtime 1x -args -bench.sizes=%s -bench.window=%s -bench.decisions=%d -bench.throughput=%d -bench.workers=%d`.\n\n",
-		time.Now().UTC().Format("2006-01-02"), numCPU(), *sizesFlag, *window, *decisions, *throughputN, *workers)
+	fmt.Fprintf(&b, "Measured %s on a %d-CPU machine, with `go test ./test/bench/ -run '^$' -bench . -benchtime 1x -args -bench.modes=%s -bench.sizes=%s -bench.window=%s -bench.decisions=%d -bench.throughput=%d -bench.workers=%d`.\n\n",
+		time.Now().UTC().Format("2006-01-02"), numCPU(), *modesFlag, *sizesFlag, *window, *decisions, *throughputN, *workers)
 	if len(results) > 0 {
 		fmt.Fprintf(&b, "### Pending ToolCalls\n\n%s\n", header)
-		sort.Strings(results)
 		for _, r := range results {
 			fmt.Fprintln(&b, r)
 		}

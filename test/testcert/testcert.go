@@ -19,7 +19,7 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// CA is a certificate authority valid for an hour around now.
+// CA is a certificate authority valid for an hour around now (NewCA), or longer (NewCAValidFor).
 type CA struct {
 	Cert *x509.Certificate
 	// PEM is Cert PEM-encoded, as a CA file holds it.
@@ -30,6 +30,13 @@ type CA struct {
 // NewCA makes a CA named name.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
+	return NewCAValidFor(t, name, time.Hour)
+}
+
+// NewCAValidFor makes a CA named name valid from an hour ago until d from now, for runs longer
+// than an hour (the benchmarks); its server certificates are valid as long.
+func NewCAValidFor(t testing.TB, name string, d time.Duration) *CA {
+	t.Helper()
 	g := NewWithT(t)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -37,7 +44,7 @@ func NewCA(t testing.TB, name string) *CA {
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
+		NotAfter:              time.Now().Add(d),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -66,7 +73,7 @@ func (ca *CA) ServerCert(t testing.TB) tls.Certificate {
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: "approvals provider"},
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotAfter:     ca.Cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},

@@ -16,7 +16,9 @@ import (
 // kube-apiserver runs the default admission plugins (envtest only disables ServiceAccount), among them
 // ValidatingAdmissionPolicy and MutatingAdmissionPolicy, both GA and on by default since 1.36;
 // InstallAdmission fails, naming the API, when admissionregistration.k8s.io/v1 does not serve them.
-func Start() (*envtest.Environment, error) {
+// Each configure function may change the environment (e.g. etcd's or the apiserver's flags) before
+// it starts.
+func Start(configure ...func(*envtest.Environment)) (*envtest.Environment, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -31,6 +33,9 @@ func Start() (*envtest.Environment, error) {
 			return nil, fmt.Errorf("no kube-apiserver: set KUBEBUILDER_ASSETS or run hack/build-envtest-assets.sh (make test does)")
 		}
 		env.BinaryAssetsDirectory = filepath.Dir(matches[len(matches)-1])
+	}
+	for _, c := range configure {
+		c(env)
 	}
 	if _, err := env.Start(); err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)

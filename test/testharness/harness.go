@@ -81,9 +81,10 @@ func (e *Env) AddUser(u envtest.User) (*envtest.AuthenticatedUser, error) {
 	return e.Env.AddUser(u, nil)
 }
 
-// StartEnv starts envtest with the Toolgate CRDs.
-func StartEnv() (*Env, error) {
-	env, err := testenv.Start()
+// StartEnv starts envtest with the Toolgate CRDs; configure functions change the environment before
+// it starts (testenv.Start).
+func StartEnv(configure ...func(*envtest.Environment)) (*Env, error) {
+	env, err := testenv.Start(configure...)
 	if err != nil {
 		return nil, err
 	}
