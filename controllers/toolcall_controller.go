@@ -243,6 +243,8 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
+		// A notification the receiver recorded is a decision to read: it is queued as the waiter's are.
+		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
 		// polls and notifications.
 		Watches(&tg.ApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindApprovalProvider)), builder.WithPredicates(deliveryChanged{})).
@@ -259,6 +261,24 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // provider no longer knows). The controller's other work, the watch events of its own writes and of
 // Jobs, has priority 0, so a human's answer is not queued behind them when the workers are busy.
 const decisionPriority = 10
+
+// notifiedFirst enqueues, at decisionPriority, a ToolCall whose status gained a notification.
+func notifiedFirst() handler.EventHandler {
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			was, is := e.ObjectOld.(*tg.ToolCall).Status.Notification, e.ObjectNew.(*tg.ToolCall).Status.Notification
+			if is == nil || (was != nil && was.ID == is.ID) {
+				return
+			}
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)}
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(decisionPriority)}, req)
+				return
+			}
+			q.Add(req)
+		},
+	}
+}
 
 // enqueueFirst enqueues the waiter's events at decisionPriority on the controller's priority queue.
 func enqueueFirst() handler.TypedEventHandler[*tg.ToolCall, reconcile.Request] {
