@@ -327,8 +327,13 @@ func runChaos(t *testing.T, v variant, s uint64) {
 	keepLog(t, v.name, kills, proc)
 	byProvider := map[string]int{}
 	g.Expect(acceptedElsewhere(ctx, h, byProvider)).To(BeEmpty(), "every call is accepted with the namespace's ApprovalProvider, or the manager's own once it was deleted")
-	t.Logf("calls accepted with the namespace's ApprovalProvider: %d; with the manager's own provider after its deletion: %d",
-		byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	if v.async {
+		t.Logf("calls accepted with the namespace's ApprovalProvider: %d (kept, its delivery rotated); with the manager's own provider: %d",
+			byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	} else {
+		t.Logf("calls accepted with the namespace's ApprovalProvider: %d; with the manager's own provider after its deletion: %d",
+			byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	}
 	g.Expect(byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName]).To(BeNumerically(">", 0))
 	if v.async {
 		waitDeliveryRegistered(g, h, rotatedDelivery) // the rotation went through
