@@ -65,7 +65,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, including the short chaos run (both provider profiles) and the browser tests, then the controller, Go client, MCP gateway and kubectl toolcall scenarios again against the seed provider profile (the fewest fields AAP allows, plain-text errors); builds controller-gen and the envtest binaries on first use. Fails first on a committed executable or a non-test Go file over 500 lines (hack/check-repo.sh).
+test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, including the short chaos run (both provider profiles, and the full one in asynchronous mode) and the browser tests, then the controller, Go client, MCP gateway and kubectl toolcall scenarios again against the seed provider profile (the fewest fields AAP allows, plain-text errors); builds controller-gen and the envtest binaries on first use. Fails first on a committed executable or a non-test Go file over 500 lines (hack/check-repo.sh).
 	@bash hack/check-repo.sh
 	@bash hack/install-test-deps.sh
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
@@ -82,9 +82,9 @@ bench: ## Run the benchmarks and write the results into docs/performance.md: lon
 	go test ./test/bench/ -run '^$$' -bench . -benchtime 1x -timeout 180m -args -bench.modes=longpoll,requeue,async -bench.sizes=100,1000,10000,async:100000 -bench.write="$(CURDIR)/docs/performance.md" $(BENCH_FLAGS)
 
 .PHONY: chaos
-chaos: ## Run the full chaos run (500 ToolCalls, provider faults, manager killed every few seconds) against both provider profiles (full, seed) and print the invariant and outcome tables of each. Replay a run's choices with CHAOS_FLAGS=-chaos.seed=N; -chaos.logs=DIR keeps the managers' and the provider's logs.
+chaos: ## Run the full chaos run (500 ToolCalls, provider faults, manager killed every few seconds) against both provider profiles (full, seed) and the full profile in asynchronous mode (async: notifications to the manager's receiver, under delivery faults) and print the invariant and outcome tables of each. Replay a run's choices with CHAOS_FLAGS=-chaos.seed=N; -chaos.logs=DIR keeps the managers' and the provider's logs.
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
-	go test ./test/chaos/ -run TestChaos -count=1 -v -timeout 40m -args -chaos.calls=500 -chaos.profiles=full,seed -chaos.parallel=false $(CHAOS_FLAGS)
+	go test ./test/chaos/ -run TestChaos -count=1 -v -timeout 40m -args -chaos.calls=500 -chaos.profiles=full,seed,async -chaos.parallel=false $(CHAOS_FLAGS)
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target (provider responses, decision logic) for FUZZTIME (default 60s).

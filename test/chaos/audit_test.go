@@ -45,12 +45,14 @@ const (
 	invFewKills      = "manager kills short of the killer's schedule"
 	invFaultsMissing = "fault kinds that never fired although the run made enough calls for them"
 	invNoRace        = "runs whose DELETEs met no racing decision although the first ones are set to"
+	invNoNotified    = "asynchronous runs with no notification delivered and recorded on a ToolCall (nothing proved)"
 )
 
 var invariantOrder = []string{
 	invNotTerminal, invUnapprovedJob, invMultiJob, invTimeoutDenied, invDuplicate, invJobLost, invWrongVersion,
 	invPolicyAsked, invDeletedRan, invNotProviders,
 	invNotLive, invUnexplained, invLeftPending, invNotCancelled, invNothingToRun, invFewKills, invFaultsMissing, invNoRace,
+	invNoNotified,
 }
 
 // outcome is one ToolCall's end as the audit saw it.
@@ -72,7 +74,7 @@ type report struct {
 	// bound is the liveness bound (liveBound) of the run, starts its managers' measured starts.
 	bound   time.Duration
 	starts  string
-	profile reference.Profile
+	variant variant
 	seed    uint64
 	kills   int
 	window  time.Duration
@@ -108,6 +110,8 @@ type report struct {
 	killedAt   []time.Time
 	lostToKill []string
 	stats      reference.Stats
+	// notified counts the ToolCalls left at the end with a notification recorded (asynchronous mode).
+	notified int
 }
 
 func (r *report) violations() map[string][]string {
@@ -124,13 +128,14 @@ func (r *report) flag(inv, format string, args ...any) {
 	r.bad[inv] = append(r.bad[inv], fmt.Sprintf(format, args...))
 }
 
-func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call, versions *toolVersions, bound time.Duration, killedAt []time.Time) *report {
+func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call, versions *toolVersions, bound time.Duration, killedAt []time.Time,
+	keysOf func() (map[string]string, error)) *report {
 	g := NewWithT(t)
 	rep := &report{bound: bound, killedAt: killedAt, calls: len(all), all: all, outcomes: map[action]map[string]int{}, ends: map[string]outcome{}, bad: map[string][]string{}}
 	for _, k := range invariantOrder {
 		rep.bad[k] = nil
 	}
-	keys, err := h.Provider.Keys()
+	keys, err := keysOf()
 	g.Expect(err).NotTo(HaveOccurred())
 	requests, err := h.Provider.List("")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -354,7 +359,8 @@ func eventsOf(ctx context.Context, h *th.Harness, name string) string {
 }
 
 // evidence checks that the run did what it is meant to prove things under: kills, faults of every
-// kind, races between decisions and cancellations, and valid approvals with time to run.
+// kind (on deliveries too, in asynchronous mode), races between decisions and cancellations, valid
+// approvals with time to run, and in asynchronous mode notifications delivered and recorded.
 func (r *report) evidence(rules []reference.FaultRule, duringChaos reference.Stats) {
 	if want := minKills(r.window); r.kills < want || r.kills == 0 {
 		r.flag(invFewKills, "%d kills in %s, at least %d expected (a kill at most every %s)", r.kills, r.window.Round(time.Second), max(want, 1), *killMax)
@@ -367,8 +373,12 @@ func (r *report) evidence(rules []reference.FaultRule, duringChaos reference.Sta
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		if duringChaos.Faults[reference.FaultKind(k)] == 0 {
-			r.flag(invFaultsMissing, "%s never fired (%d submits, %d gets, %d cancels)", k, duringChaos.Submits, duringChaos.Gets, duringChaos.Cancels)
+			r.flag(invFaultsMissing, "%s never fired (%d submits, %d gets, %d cancels, %d delivery attempts)", k,
+				duringChaos.Submits, duringChaos.Gets, duringChaos.Cancels, duringChaos.DeliveryAttempts)
 		}
+	}
+	if r.variant.async && (duringChaos.Delivered == 0 || r.notified == 0) {
+		r.flag(invNoNotified, "%d notifications delivered during the chaos window, %d ToolCalls with one recorded", duringChaos.Delivered, r.notified)
 	}
 	if duringChaos.Cancels >= raceFirstCancels && r.races == 0 {
 		r.flag(invNoRace, "%d DELETEs, no request decided by a racing decision", duringChaos.Cancels)

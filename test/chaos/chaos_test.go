@@ -5,11 +5,14 @@
 // nothing reported as what it was not) and liveness (what had time to run ran, everything else is
 // explained, every abandoned request ends cancelled at the provider).
 //
-// It runs once per reference provider profile (-chaos.profiles, default both; side by side unless
-// -chaos.parallel=false, which the full run sets so that each has the control plane to itself): "full"
-// (ErrorResponse bodies, agent_reasoning and context echoed) and "seed" (the fewest fields AAP
-// allows, plain-text errors), both AAP v1 providers that cancel with DELETE, and prints the tables of
-// each. The default size is the short run `make test` includes. The full run:
+// It runs once per entry of -chaos.profiles (default full,seed,async; side by side unless
+// -chaos.parallel=false, which the full run sets so that each has the control plane to itself): a
+// reference provider profile, "full" (ErrorResponse bodies, agent_reasoning and context echoed) or
+// "seed" (the fewest fields AAP allows, plain-text errors), both AAP v1 providers that cancel with
+// DELETE, in synchronous mode (long polls), or with -async ("async" is full-async) in asynchronous
+// mode: notifications delivered to the manager's webhook receiver, under delivery faults (see
+// async_test.go). It prints the tables of each. The default size is the short run `make test`
+// includes. The full run:
 //
 //	go test ./test/chaos/ -run TestChaos -v -args -chaos.calls=500
 //
@@ -19,7 +22,8 @@
 // The files: chaos_test.go runs it, actions_test.go is what the agent, the humans and the provider do,
 // versions_test.go follows the Tools' edits, startup_test.go measures the managers' starts,
 // audit_test.go checks the invariants, liveness_test.go holds the liveness bounds and their
-// reasoning, report_test.go prints the tables, debuglog_test.go keeps the logs (-chaos.logs).
+// reasoning, report_test.go prints the tables, debuglog_test.go keeps the logs (-chaos.logs),
+// async_test.go sets up the asynchronous mode.
 package chaos
 
 import (
@@ -46,7 +50,7 @@ var (
 	killMin  = flag.Duration("chaos.kill-min", 2*time.Second, "shortest manager lifetime between kills")
 	killMax  = flag.Duration("chaos.kill-max", 5*time.Second, "longest manager lifetime between kills")
 	spreadOf = flag.Duration("chaos.spread", 0, "time over which ToolCalls are created (0: 40ms per call, at least 5s)")
-	profiles = flag.String("chaos.profiles", "full,seed", "reference provider profiles to run against, comma-separated (full, seed)")
+	profiles = flag.String("chaos.profiles", "full,seed,async", "runs, comma-separated: a reference provider profile (full, seed) in synchronous mode, or with -async in asynchronous mode (async is full-async)")
 	parallel = flag.Bool("chaos.parallel", true, "run the profiles side by side (they share the control plane) rather than one after the other")
 	logsTo   = flag.String("chaos.logs", "", "directory to keep the run's logs in: every manager process's (at debug level), the provider's, and an access log of the provider API (empty: none)")
 )
@@ -64,26 +68,34 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("-chaos.kill-min (%s) must be positive and at most -chaos.kill-max (%s)", *killMin, *killMax)
 	}
 	for _, name := range strings.Split(*profiles, ",") {
-		profile, err := reference.ParseProfile(strings.TrimSpace(name))
+		v, err := parseVariant(strings.TrimSpace(name))
 		if err != nil {
 			t.Fatalf("-chaos.profiles: %v", err)
 		}
-		t.Run(string(profile), func(t *testing.T) {
+		t.Run(v.name, func(t *testing.T) {
 			if *parallel {
 				t.Parallel()
 			}
-			runChaos(t, profile, s)
+			runChaos(t, v, s)
 		})
 	}
 }
 
-func runChaos(t *testing.T, profile reference.Profile, s uint64) {
+func runChaos(t *testing.T, v variant, s uint64) {
 	g := NewWithT(t)
-	t.Logf("chaos: %d ToolCalls, seed %d (rerun with -chaos.seed=%d), provider profile %s", *calls, s, s, profile)
+	t.Logf("chaos: %d ToolCalls, seed %d (rerun with -chaos.seed=%d), provider profile %s, %s", *calls, s, s, v.profile, v.mode())
 
-	h := th.New(t, env, th.WithoutManager(), th.WithProfile(profile), th.WithProvider(func(o *reference.Options) { o.FaultSeed = s }),
-		th.WithProvider(debugProvider(t, profile)))
-	debugFront(t, h, profile)
+	opts := []th.Option{th.WithoutManager(), th.WithProfile(v.profile), th.WithProvider(func(o *reference.Options) { o.FaultSeed = s }),
+		th.WithProvider(debugProvider(t, v.name))}
+	var recv *receiver // the manager's webhook receiver, in asynchronous mode
+	token := th.Credential
+	if v.async {
+		recv = newReceiver(t)
+		opts = append(opts, th.WithProvider(recv.providerOptions))
+		token = provisionerToken
+	}
+	h := th.New(t, env, opts...)
+	debugFront(t, h, v.name)
 	h.Opts.CancelGiveUp = 20 * time.Second
 	versions := newToolVersions()
 	versions.record(h.Tool("issue-refund", "issue_refund", th.RefundSchema, versions.mark))
@@ -95,8 +107,15 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 		}}
 	}))
 	rules := faultRules()
-	g.Expect(h.Provider.Faults().Set(rules...)).To(Succeed())
-	namespaceProvider(g, h)
+	if v.async {
+		// The faults start once the instance is provisioned and its delivery registered (below): a
+		// failed provisioning or registration is retried every 10s, which would only delay the run.
+		rules = append(rules, deliveryFaultRules()...)
+		asyncProvider(g, h, recv)
+	} else {
+		g.Expect(h.Provider.Faults().Set(rules...)).To(Succeed())
+		namespaceProvider(g, h)
+	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -108,15 +127,32 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	starts := newStarts()
 	begin := func() *th.Process {
 		at := time.Now()
-		p := startManager(h)
+		p := startManager(h, recv.flags()...)
 		starts.watch(p, at)
 		return p
 	}
 	// The calls are accepted with the namespace's provider once a manager has checked it; that one
 	// is not one of the run's (its start would count the wait for the first call).
-	setup := startManager(h)
+	setup := startManager(h, recv.flags()...)
 	waitProviderReady(g, h)
+	var instances []string // the provisioned instance, in asynchronous mode
+	if v.async {
+		instances = append(instances, waitDeliveryRegistered(g, h, ""))
+	}
+	keys := keysOf(h, instances)
 	setup.Kill()
+	if v.async {
+		g.Expect(h.Provider.Faults().Set(rules...)).To(Succeed())
+	}
+	// The liveness bound, from the longest manager start so far (liveness_test.go), with asynchronous
+	// mode's allowance for the delivery of the notification.
+	bound := func() time.Duration {
+		b := liveBound(starts.longestStart())
+		if v.async {
+			b += deliveryAllowance()
+		}
+		return b
+	}
 	proc := begin()
 	chaosOver := make(chan struct{})
 	managerDone := make(chan struct{})
@@ -132,7 +168,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 			}
 			proc.Kill()
 			killedAt = append(killedAt, time.Now())
-			keepLog(t, profile, kills, proc)
+			keepLog(t, v.name, kills, proc)
 			kills++
 			proc = begin()
 		}
@@ -169,6 +205,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 		var refundEdit <-chan time.Time
 		// Halfway through the agent's calls, the namespace's provider object is deleted: it serves the
 		// calls accepted with it until they end, and the later calls go to the manager's own provider.
+		// In asynchronous mode its delivery is rotated instead (async_test.go says why).
 		providerDelete := time.After(spread / 2)
 		refundAfter := time.Duration(editor.Int64N(int64(4 * time.Second)))
 		for {
@@ -176,20 +213,24 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 			case <-chaosOver:
 				return
 			case <-agent:
-				refundEdit = time.After(maxHumanDelay + liveBound(starts.longestStart()) + refundAfter)
+				refundEdit = time.After(maxHumanDelay + bound() + refundAfter)
 				agent = nil
 			case <-reportEdit:
 				versions.edit(ctx, h, "export-report")
 				reportEdit = nil
 			case <-providerDelete:
-				deleteNamespaceProvider(ctx, h)
+				if v.async {
+					rotateDelivery(ctx, h) // async_test.go: why not a deletion
+				} else {
+					deleteNamespaceProvider(ctx, h)
+				}
 				providerDelete = nil
 			case <-refundEdit:
 				versions.edit(ctx, h, "issue-refund")
 				refundEdit = nil
 			case <-time.After(2*time.Second + time.Duration(editor.Int64N(int64(4*time.Second)))):
 				versions.edit(ctx, h, "lookup")
-				if rotateCredential(ctx, h, rotations) {
+				if rotateCredential(ctx, h, rotations, token) {
 					rotations++
 				}
 			}
@@ -232,7 +273,7 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 	// List), so that the humans' loop keeps its pace with hundreds of calls waiting.
 	var lastEnded time.Time
 	g.Eventually(func() int {
-		keys, err := h.Provider.Keys()
+		keys, err := keys()
 		if err != nil {
 			return -1
 		}
@@ -283,19 +324,31 @@ func runChaos(t *testing.T, profile reference.Profile, s uint64) {
 		return "manager log tail:\n" + tail(proc.Log(), 40)
 	})
 	humans.wait()
-	keepLog(t, profile, kills, proc)
+	keepLog(t, v.name, kills, proc)
 	byProvider := map[string]int{}
 	g.Expect(acceptedElsewhere(ctx, h, byProvider)).To(BeEmpty(), "every call is accepted with the namespace's ApprovalProvider, or the manager's own once it was deleted")
-	t.Logf("calls accepted with the namespace's ApprovalProvider: %d; with the manager's own provider after its deletion: %d",
-		byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	if v.async {
+		t.Logf("calls accepted with the namespace's ApprovalProvider: %d (kept, its delivery rotated); with the manager's own provider: %d",
+			byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	} else {
+		t.Logf("calls accepted with the namespace's ApprovalProvider: %d; with the manager's own provider after its deletion: %d",
+			byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName], byProvider[""])
+	}
 	g.Expect(byProvider[tg.KindApprovalProvider+"/"+tg.DefaultProviderName]).To(BeNumerically(">", 0))
-	providerGone(g, h)
+	if v.async {
+		waitDeliveryRegistered(g, h, rotatedDelivery) // the rotation went through
+	} else {
+		providerGone(g, h)
+	}
 	g.Expect(rotations).To(BeNumerically(">", 0), "the provider's credential Secret was rotated during the run")
 
-	rep := audit(ctx, t, h, all, versions, liveBound(starts.longestStart()), killedAt)
+	rep := audit(ctx, t, h, all, versions, bound(), killedAt, keys)
 	rep.starts = starts.String()
 	rep.kills, rep.window, rep.edits = kills, window, versions.edits
-	rep.seed, rep.profile = s, profile
+	rep.seed, rep.variant = s, v
+	if v.async {
+		rep.notified = notified(ctx, h)
+	}
 	rep.evidence(rules, duringChaos)
 	rep.print(t)
 	g.Expect(rep.violations()).To(BeEmpty(), "invariant violations")

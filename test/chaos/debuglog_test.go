@@ -23,12 +23,12 @@ import (
 // in the provider's answers or faults.
 
 // debugProvider has the provider log its state changes into the run's log directory.
-func debugProvider(t *testing.T, profile reference.Profile) func(*reference.Options) {
+func debugProvider(t *testing.T, run string) func(*reference.Options) {
 	return func(o *reference.Options) {
 		if *logsTo == "" {
 			return
 		}
-		f, err := createLog(t, fmt.Sprintf("%s-provider.log", profile))
+		f, err := createLog(t, fmt.Sprintf("%s-provider.log", run))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,11 +37,11 @@ func debugProvider(t *testing.T, profile reference.Profile) func(*reference.Opti
 }
 
 // debugFront serves the provider's handler behind an access log and points the managers at it.
-func debugFront(t *testing.T, h *th.Harness, profile reference.Profile) {
+func debugFront(t *testing.T, h *th.Harness, run string) {
 	if *logsTo == "" {
 		return
 	}
-	f, err := createLog(t, fmt.Sprintf("%s-access.log", profile))
+	f, err := createLog(t, fmt.Sprintf("%s-access.log", run))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,19 +105,19 @@ func createLog(t *testing.T, name string) (*os.File, error) {
 }
 
 // startManager starts a manager process, logging at debug level when the run keeps its logs.
-func startManager(h *th.Harness) *th.Process {
+func startManager(h *th.Harness, flags ...string) *th.Process {
 	if *logsTo == "" {
-		return h.StartProcess()
+		return h.StartProcess(flags...)
 	}
-	return h.StartProcess("--zap-log-level", "debug")
+	return h.StartProcess(append(flags, "--zap-log-level", "debug")...)
 }
 
 // keepLog copies the log of the n-th manager process into the run's log directory.
-func keepLog(t *testing.T, profile reference.Profile, n int, p *th.Process) {
+func keepLog(t *testing.T, run string, n int, p *th.Process) {
 	if *logsTo == "" {
 		return
 	}
-	f, err := createLog(t, fmt.Sprintf("%s-manager-%03d.log", profile, n))
+	f, err := createLog(t, fmt.Sprintf("%s-manager-%03d.log", run, n))
 	if err == nil {
 		_, err = f.WriteString(p.Log())
 	}

@@ -95,3 +95,29 @@ func TestLateness(t *testing.T) {
 		})
 	}
 }
+
+// In asynchronous mode the delivery faults are expected from the delivery attempts alone: rules of op
+// any (5xx, resets, rate limits) do not act on deliveries.
+func TestExpectedDeliveryFaults(t *testing.T) {
+	g := NewWithT(t)
+	rules := append(faultRules(), deliveryFaultRules()...)
+	g.Expect(expectedFaults(rules, reference.Stats{DeliveryAttempts: 2})).To(Equal(map[reference.FaultKind]bool{
+		reference.FaultDropDelivery: true, reference.FaultDuplicate: true}))
+	g.Expect(expectedFaults(rules, reference.Stats{DeliveryAttempts: 3})).To(HaveKey(reference.FaultDelay))
+	g.Expect(expectedFaults(faultRules(), reference.Stats{DeliveryAttempts: 1000})).To(BeEmpty(), "no delivery faults in synchronous mode")
+}
+
+func TestParseVariant(t *testing.T) {
+	g := NewWithT(t)
+	for entry, want := range map[string]variant{
+		"full":       {name: "full", profile: reference.ProfileFull},
+		"seed":       {name: "seed", profile: reference.ProfileSeed},
+		"async":      {name: "full-async", profile: reference.ProfileFull, async: true},
+		"seed-async": {name: "seed-async", profile: reference.ProfileSeed, async: true},
+	} {
+		g.Expect(parseVariant(entry)).To(Equal(want), entry)
+	}
+	for _, bad := range []string{"", "-async", "fast", "fast-async"} {
+		g.Expect(parseVariant(bad)).Error().To(HaveOccurred(), bad)
+	}
+}

@@ -42,16 +42,16 @@ func waitProviderReady(g Gomega, h *th.Harness) {
 	}).WithTimeout(time.Minute).Should(Succeed())
 }
 
-// rotateCredential rewrites the provider object's Secret, as a rotation does: new content (the same
-// credential, with or without a final newline, which the manager trims: the reference provider has one
+// rotateCredential rewrites the provider object's Secret (its instance credential, or in asynchronous
+// mode its provisioner token), as a rotation does: new content (the same credential, with or without a final newline, which the manager trims: the reference provider has one
 // credential per instance) and a new resourceVersion, which the manager reads again at its next probe
 // or 401. It reports whether the write went through.
-func rotateCredential(ctx context.Context, h *th.Harness, n int) bool {
+func rotateCredential(ctx context.Context, h *th.Harness, n int, credential string) bool {
 	s := &corev1.Secret{}
 	if err := h.K8s.Get(ctx, client.ObjectKey{Namespace: h.NS, Name: credentialSecret}, s); err != nil {
 		return false
 	}
-	token := th.Credential
+	token := credential
 	if n%2 == 1 {
 		token += "\n"
 	}

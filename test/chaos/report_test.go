@@ -14,9 +14,13 @@ import (
 
 func (r *report) print(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nChaos run against the %s provider profile: %d ToolCalls, %d manager kills (SIGKILL) in %s, %d Tool edits, seed %d, %d provider requests, %d replayed submissions\n",
-		r.profile, r.calls, r.kills, r.window.Round(time.Second), r.edits, r.seed, r.requests, r.stats.Replays)
+	fmt.Fprintf(&b, "\nChaos run against the %s provider profile, %s: %d ToolCalls, %d manager kills (SIGKILL) in %s, %d Tool edits, seed %d, %d provider requests, %d replayed submissions\n",
+		r.variant.profile, r.variant.mode(), r.calls, r.kills, r.window.Round(time.Second), r.edits, r.seed, r.requests, r.stats.Replays)
 	fmt.Fprintf(&b, "Faults injected: %s\n", counts(r.stats.Faults))
+	if r.variant.async {
+		fmt.Fprintf(&b, "Notifications: %d delivery attempts, %d acknowledged, %d failed (receiver down, dropped, refused), %d abandoned; ToolCalls left with a notification recorded: %d\n",
+			r.stats.DeliveryAttempts, r.stats.Delivered, r.stats.DeliveryFailures, r.stats.DeliveriesAbandoned, r.notified)
+	}
 	fmt.Fprintf(&b, "DELETEs: %d, answered %s; %d requests cancelled, %d decided by a decision racing a DELETE\n",
 		r.stats.Cancels, answers(r.stats.Responses[reference.OpCancel]), r.cancelled, r.races)
 	fmt.Fprintf(&b, "ToolCalls that ended before any submission reached the provider (no human could act): %d\n", r.unsubmitted)

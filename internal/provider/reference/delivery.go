@@ -3,6 +3,7 @@ package reference
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -22,12 +23,17 @@ import (
 // any), signed with its own secret; their ids, bodies and retry deadlines stay.
 //
 // Each event is attempted promptly, then retried with exponential backoff and jitter (from
-// firstRetryDelay, doubling, up to maxRetryDelay, plus up to 20%) until a 2xx acknowledges it or
+// Options.WebhookRetryDelay, by default firstRetryDelay, doubling, up to Options.WebhookMaxRetryDelay,
+// by default maxRetryDelay, plus up to 20%) until a 2xx acknowledges it or
 // deliveryWindow has passed since its created_at (its decision's decided_at). At most one attempt per
 // event is in flight; each has at most Options.WebhookTimeout and ends by the retry deadline. A
 // connection failure, a timeout, a redirect (never followed) or any other status is a failed attempt;
 // on 429 and 503 the next attempt waits at least what Retry-After says, within the window. The
 // server's clock schedules attempts, so that tests can step through the window.
+//
+// Fault rules of op deliver act on attempts (faults.go): drop (the attempt fails unsent, as if the
+// receiver were unreachable, and is retried), duplicate (the event is sent twice at once, same id and
+// body) and delay (the attempt waits first, in real time, while other events go ahead of it).
 
 const (
 	deliveryWindow  = 168 * time.Hour
@@ -187,10 +193,11 @@ func (s *Server) attemptDelivery(id string) {
 	}
 	s.mu.Unlock()
 
-	timeout := min(s.opts.WebhookTimeout, deadline.Sub(s.clock.Now()))
-	ctx, cancel := context.WithTimeout(d.ctx, timeout)
-	resp, _, err := s.send(ctx, &cfg, ev.ID, []byte(ev.Body))
-	cancel()
+	resp, ended, err := s.sendAttempt(&cfg, ev, deadline)
+	if ended {
+		done()
+		return
+	}
 	delivered := err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300
 
 	s.mu.Lock()
@@ -211,7 +218,7 @@ func (s *Server) attemptDelivery(id string) {
 		s.stats.update(func(st *Stats) { st.DeliveryAttempts++; st.Delivered++ })
 		return
 	}
-	next := now.Add(retryDelay(ev.Attempts, resp))
+	next := now.Add(retryDelay(s.opts.WebhookRetryDelay, s.opts.WebhookMaxRetryDelay, ev.Attempts, resp))
 	if !next.Before(deadline) {
 		s.endEventLocked(ev, "expired")
 		s.mu.Unlock()
@@ -269,10 +276,50 @@ func (s *Server) endEventLocked(ev eventRecord, outcome string) {
 	}
 }
 
+// errDroppedAttempt is the error of an attempt a drop fault failed unsent.
+var errDroppedAttempt = errors.New("injected fault: delivery attempt dropped")
+
+// sendAttempt sends an event once to its receiver, under the fault rules of op deliver; ended is true
+// when the server closed during a delay fault (nothing was sent or recorded).
+func (s *Server) sendAttempt(cfg *deliveryConfig, ev eventRecord, deadline time.Time) (resp *http.Response, ended bool, err error) {
+	d := s.deliveries
+	rule, fired := s.faults.fire(OpDeliver)
+	if fired {
+		s.stats.fault(rule.Kind)
+		switch rule.Kind {
+		case FaultDropDelivery:
+			return nil, false, errDroppedAttempt
+		case FaultDelay:
+			t := time.NewTimer(rule.Delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-d.ctx.Done():
+				return nil, true, nil
+			}
+		}
+	}
+	timeout := min(s.opts.WebhookTimeout, deadline.Sub(s.clock.Now()))
+	ctx, cancel := context.WithTimeout(d.ctx, timeout)
+	defer cancel()
+	var twin sync.WaitGroup
+	if fired && rule.Kind == FaultDuplicate {
+		// The same event (id and body) sent a second time, racing the first; only the first's answer counts.
+		twin.Add(1)
+		go func() {
+			defer twin.Done()
+			_, _, _ = s.send(ctx, cfg, ev.ID, []byte(ev.Body))
+		}()
+	}
+	resp, _, err = s.send(ctx, cfg, ev.ID, []byte(ev.Body))
+	twin.Wait()
+	return resp, false, err
+}
+
 // retryDelay is the wait before the attempt after attempts failed ones: exponential backoff with
-// jitter, and at least what Retry-After says on a 429 or 503.
-func retryDelay(attempts int, resp *http.Response) time.Duration {
-	next := wait.Backoff{Duration: firstRetryDelay, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: maxRetryDelay}.DelayFunc()
+// jitter from first up to limit, and at least what Retry-After says on a 429 or 503.
+func retryDelay(first, limit time.Duration, attempts int, resp *http.Response) time.Duration {
+	next := wait.Backoff{Duration: first, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: limit}.DelayFunc()
 	var delay time.Duration
 	for range min(attempts, 32) {
 		delay = next()

@@ -236,3 +236,51 @@ func TestANotifiedRequestIsKeptADayAfterItsDeliveryEnded(t *testing.T) {
 		return err
 	}).Should(MatchError(reference.ErrNotFound))
 }
+
+// Delivery faults (op deliver): a dropped attempt is sent nowhere and retried on the schedule, a
+// duplicated one reaches the receiver twice with the same id and body, and a delayed one is
+// overtaken by a later event. Rules of op any do not act on deliveries.
+func TestDeliveryFaults(t *testing.T) {
+	ca := testcert.NewCA(t, "receivers")
+	e, _ := startWebhooks(t, ca)
+	rc := newReceiver(t, ca)
+	g := e.g
+	res := e.hooked("p-"+uuid.NewString(), rc)
+	req := e.createAs(res.Credential.Token, "r-"+uuid.NewString())
+	g.Expect(e.srv.Faults().Set(
+		reference.FaultRule{Kind: reference.FaultError5xx, Count: 1},
+		reference.FaultRule{Kind: reference.FaultDropDelivery, Count: 1},
+	)).To(Succeed())
+	g.Expect(e.srv.Faults().Rules()[1].Op).To(Equal(reference.OpDeliver), "drop is a delivery fault")
+	_, err := e.srv.Decide(req.ID, provider.StatusApproved, "", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(e.failures()).Should(BeEquivalentTo(1), "the dropped attempt")
+	g.Expect(rc.events()).To(BeEmpty(), "a dropped attempt is not sent")
+	g.Expect(e.srv.Faults().Rules()).To(HaveLen(1), "the 5xx rule of op any did not fire on the attempt")
+	e.clock.Step(12 * time.Second)
+	g.Eventually(func() int64 { return e.stats().Delivered }).Should(BeEquivalentTo(1), "retried")
+
+	g.Expect(e.srv.Faults().Set(reference.FaultRule{Kind: reference.FaultDuplicate, Count: 1})).To(Succeed())
+	e.approveOne(rc)
+	g.Eventually(func() []message { return rc.events() }).Should(HaveLen(3))
+	twins := rc.events()[1:]
+	g.Expect(twins[0].Header.Get("webhook-id")).To(Equal(twins[1].Header.Get("webhook-id")))
+	g.Expect(twins[0].Body).To(Equal(twins[1].Body))
+	g.Eventually(func() int64 { return e.stats().Delivered }).Should(BeEquivalentTo(2))
+
+	g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpDeliver, Kind: reference.FaultDelay, Delay: time.Second, Count: 1})).To(Succeed())
+	e.approveOne(rc)
+	e.approveOne(rc)
+	g.Eventually(func() []message { return rc.events() }).Should(HaveLen(5))
+	late := rc.events()
+	g.Expect(late[3].Header.Get("webhook-id")).NotTo(Equal(late[4].Header.Get("webhook-id")))
+	g.Expect(e.stats().Faults).To(And(HaveKeyWithValue(reference.FaultDropDelivery, BeEquivalentTo(1)),
+		HaveKeyWithValue(reference.FaultDuplicate, BeEquivalentTo(1)), HaveKeyWithValue(reference.FaultDelay, BeEquivalentTo(1))))
+
+	for _, bad := range []reference.FaultRule{
+		{Op: reference.OpGet, Kind: reference.FaultDropDelivery, Count: 1},
+		{Op: reference.OpDeliver, Kind: reference.FaultReset, Count: 1},
+	} {
+		g.Expect(e.srv.Faults().Set(bad)).NotTo(Succeed(), "%+v", bad)
+	}
+}

@@ -18,7 +18,11 @@ const (
 	OpGet       Operation = "get"       // GET /v1/requests/{id}
 	OpCancel    Operation = "cancel"    // DELETE /v1/requests/{id}
 	OpInstances Operation = "instances" // POST /v1/instances, GET, PATCH and DELETE /v1/instances/{id}
-	OpAny       Operation = "any"       // matches every operation
+	OpAny       Operation = "any"       // matches every operation of the provider API (not deliver)
+	// OpDeliver is a notification delivery attempt (asynchronous mode): the provider calling a
+	// receiver, not a call of its API. Only its own rules match it (not any), with the kinds drop,
+	// duplicate and delay.
+	OpDeliver Operation = "deliver"
 )
 
 // FaultKind is what a fault rule does to a call it fires on.
@@ -34,7 +38,8 @@ const (
 	FaultDropAfterCommit FaultKind = "drop_after_commit"
 	// FaultDelay waits FaultRule.Delay before performing the operation. If the client goes away first, the
 	// operation is not performed. A delayed submission holds its Idempotency-Key meanwhile, so a concurrent
-	// submission with the same key waits for it, then replays it.
+	// submission with the same key waits for it, then replays it. On op deliver the attempt waits (its
+	// event stays in flight) while other events are delivered: later notifications overtake it.
 	FaultDelay FaultKind = "delay"
 	// FaultReset resets the TCP connection (RST) without doing the operation.
 	FaultReset FaultKind = "reset"
@@ -44,6 +49,13 @@ const (
 	// default, or denied) just before the cancellation is applied, so that the DELETE answers 409
 	// already_terminal: a human deciding while the cancellation is on its way.
 	FaultDecideBeforeCancel FaultKind = "decide_before_cancel"
+	// FaultDropDelivery (op deliver only) fails a delivery attempt without sending it, as if the
+	// receiver were unreachable: the attempt counts as failed and the event is retried on the
+	// delivery schedule. The notification is not lost for good.
+	FaultDropDelivery FaultKind = "drop"
+	// FaultDuplicate (op deliver only) sends the event twice at once (same webhook-id and body), as a
+	// provider retrying an attempt whose answer it did not wait for does; the first's answer counts.
+	FaultDuplicate FaultKind = "duplicate"
 )
 
 // FaultRule injects a fault into matching calls. A rule fires on a matching call with probability
@@ -53,7 +65,7 @@ const (
 //
 // In JSON, Delay and RetryAfter are Go duration strings: {"op":"submit","kind":"delay","delay":"2s","count":1}.
 type FaultRule struct {
-	Op          Operation     // submit, get, cancel, instances or any (the default; cancel for decide_before_cancel)
+	Op          Operation     // submit, get, cancel, instances, deliver or any (the default; cancel for decide_before_cancel, deliver for drop and duplicate)
 	Kind        FaultKind     // what the fault does
 	Probability float64       // in [0, 1]; 0 means every matching call
 	Count       int           // fires this many more times, then the rule is removed; 0 means unlimited
@@ -124,15 +136,26 @@ func parseOptionalDuration(field, s string) (time.Duration, error) {
 // normalised validates the rule and fills in its defaults.
 func (r FaultRule) normalised() (FaultRule, error) {
 	if r.Op == "" {
-		r.Op = OpAny
-		if r.Kind == FaultDecideBeforeCancel {
+		switch r.Kind {
+		case FaultDecideBeforeCancel:
 			r.Op = OpCancel
+		case FaultDropDelivery, FaultDuplicate:
+			r.Op = OpDeliver
+		default:
+			r.Op = OpAny
 		}
 	}
 	switch r.Op {
-	case OpSubmit, OpGet, OpCancel, OpInstances, OpAny:
+	case OpSubmit, OpGet, OpCancel, OpInstances, OpAny, OpDeliver:
 	default:
-		return r, fmt.Errorf("unknown fault op %q: use submit, get, cancel, instances or any", r.Op)
+		return r, fmt.Errorf("unknown fault op %q: use submit, get, cancel, instances, deliver or any", r.Op)
+	}
+	deliveryKind := r.Kind == FaultDropDelivery || r.Kind == FaultDuplicate
+	if deliveryKind && r.Op != OpDeliver {
+		return r, fmt.Errorf("a %s fault acts on notification deliveries: its op is deliver, not %q", r.Kind, r.Op)
+	}
+	if r.Op == OpDeliver && !deliveryKind && r.Kind != FaultDelay {
+		return r, fmt.Errorf("a fault of op deliver is drop, duplicate or delay, not %q", r.Kind)
 	}
 	if r.Probability < 0 || r.Probability > 1 {
 		return r, fmt.Errorf("fault probability %v is outside [0, 1]", r.Probability)
@@ -168,7 +191,7 @@ func (r FaultRule) normalised() (FaultRule, error) {
 		if r.Decision != "approved" && r.Decision != "denied" {
 			return r, fmt.Errorf("a decide_before_cancel fault's decision is approved or denied, not %q", r.Decision)
 		}
-	case FaultDropAfterCommit, FaultReset, FaultRateLimit:
+	case FaultDropAfterCommit, FaultReset, FaultRateLimit, FaultDropDelivery, FaultDuplicate:
 	default:
 		return r, fmt.Errorf("unknown fault kind %q", r.Kind)
 	}
@@ -178,7 +201,9 @@ func (r FaultRule) normalised() (FaultRule, error) {
 	return r, nil
 }
 
-func (r FaultRule) matches(op Operation) bool { return r.Op == OpAny || r.Op == op }
+func (r FaultRule) matches(op Operation) bool {
+	return r.Op == op || (r.Op == OpAny && op != OpDeliver)
+}
 
 // Faults is the set of active fault rules of a Server. It is safe for concurrent use.
 type Faults struct {

@@ -102,6 +102,11 @@ type Options struct {
 	// WebhookTimeout bounds a receiver verification and every delivery attempt: at most, and by
 	// default, 10s, as AAP says.
 	WebhookTimeout time.Duration
+	// WebhookRetryDelay is the wait before a notification's first retry; each failed attempt doubles
+	// it (plus up to 20% jitter), up to WebhookMaxRetryDelay. Defaults: 10s and 1h. Tests that
+	// compress time (the chaos run) shorten both; the delivery window stays 7 days.
+	WebhookRetryDelay    time.Duration
+	WebhookMaxRetryDelay time.Duration
 }
 
 // Profile is how the provider API answers. Both profiles are conforming AAP v1 providers with the
@@ -158,6 +163,12 @@ func (o Options) withDefaults() Options {
 	if o.WebhookTimeout <= 0 || o.WebhookTimeout > maxWebhookTimeout {
 		o.WebhookTimeout = maxWebhookTimeout
 	}
+	if o.WebhookRetryDelay <= 0 {
+		o.WebhookRetryDelay = firstRetryDelay
+	}
+	if o.WebhookMaxRetryDelay <= 0 {
+		o.WebhookMaxRetryDelay = max(maxRetryDelay, o.WebhookRetryDelay)
+	}
 	if o.MaxWait <= 0 || o.MaxWait > maxWait {
 		o.MaxWait = maxWait
 	}
@@ -179,6 +190,8 @@ func (o Options) check() error {
 		return fmt.Errorf("CredentialLifetime %v is negative: leave it 0 for credentials that do not expire", o.CredentialLifetime)
 	case o.MaxWindow < 0:
 		return fmt.Errorf("MaxWindow %v is negative: leave it 0 for windows as long as the timeout asks", o.MaxWindow)
+	case o.WebhookMaxRetryDelay < o.WebhookRetryDelay:
+		return fmt.Errorf("WebhookMaxRetryDelay %v is shorter than WebhookRetryDelay %v", o.WebhookMaxRetryDelay, o.WebhookRetryDelay)
 	case o.Retention < MinRetention:
 		return fmt.Errorf("Retention %v is shorter than AAP allows: at least %v (seven days)", o.Retention, MinRetention)
 	}

@@ -88,12 +88,12 @@ func TestRetryDelay(t *testing.T) {
 		return &http.Response{StatusCode: status, Header: http.Header{"Retry-After": {retryAfter}}}
 	}
 	for attempts, base := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 9: 2560 * time.Second, 10: time.Hour, 100: time.Hour} {
-		g.Expect(retryDelay(attempts, nil)).To(And(BeNumerically(">=", base), BeNumerically("<", base+base/5)), "attempt %d", attempts)
+		g.Expect(retryDelay(firstRetryDelay, maxRetryDelay, attempts, nil)).To(And(BeNumerically(">=", base), BeNumerically("<", base+base/5)), "attempt %d", attempts)
 	}
-	g.Expect(retryDelay(1, answer(http.StatusTooManyRequests, "120"))).To(Equal(120 * time.Second))
-	g.Expect(retryDelay(1, answer(http.StatusServiceUnavailable, "1"))).To(BeNumerically(">=", 10*time.Second), "never sooner than the backoff")
-	g.Expect(retryDelay(1, answer(http.StatusInternalServerError, "120"))).To(BeNumerically("<", 12*time.Second), "Retry-After counts on 429 and 503")
+	g.Expect(retryDelay(firstRetryDelay, maxRetryDelay, 1, answer(http.StatusTooManyRequests, "120"))).To(Equal(120 * time.Second))
+	g.Expect(retryDelay(firstRetryDelay, maxRetryDelay, 1, answer(http.StatusServiceUnavailable, "1"))).To(BeNumerically(">=", 10*time.Second), "never sooner than the backoff")
+	g.Expect(retryDelay(firstRetryDelay, maxRetryDelay, 1, answer(http.StatusInternalServerError, "120"))).To(BeNumerically("<", 12*time.Second), "Retry-After counts on 429 and 503")
 	date := answer(http.StatusServiceUnavailable, time.Now().Add(time.Hour).UTC().Format(http.TimeFormat))
-	g.Expect(retryDelay(1, date)).To(And(BeNumerically(">", 58*time.Minute), BeNumerically("<=", time.Hour)))
-	g.Expect(retryDelay(1, answer(http.StatusServiceUnavailable, "soon"))).To(BeNumerically("<", 12*time.Second))
+	g.Expect(retryDelay(firstRetryDelay, maxRetryDelay, 1, date)).To(And(BeNumerically(">", 58*time.Minute), BeNumerically("<=", time.Hour)))
+	g.Expect(retryDelay(firstRetryDelay, maxRetryDelay, 1, answer(http.StatusServiceUnavailable, "soon"))).To(BeNumerically("<", 12*time.Second))
 }
