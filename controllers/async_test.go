@@ -227,8 +227,8 @@ func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 	g.Expect(e.post(secret, id, time.Now(), resolved(id, uuid.NewString(), req))).To(Equal(http.StatusUnauthorized))
 	unchanged("an instance without a registration here")
 	g.Expect(refused("unauthenticated")-forged).To(BeEquivalentTo(3), "forged, too old, unknown instance: counted")
-	g.Expect(th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "malformed"})-malformed).To(BeEquivalentTo(1))
-	g.Expect(th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "too_large"})-tooLarge).To(BeEquivalentTo(1))
+	g.Expect(th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "malformed"}) - malformed).To(BeEquivalentTo(1))
+	g.Expect(th.MetricValue("toolgate_webhook_messages_total", map[string]string{"type": "unknown", "outcome": "too_large"}) - tooLarge).To(BeEquivalentTo(1))
 	g.Expect(e.post(secret, id, time.Now(), resolved(id, reg.InstanceID, uuid.NewString()))).To(Equal(http.StatusNoContent))
 	unchanged("a request no call waits for is acknowledged and dropped")
 
