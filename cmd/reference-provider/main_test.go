@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"net/http"
 	"os"
@@ -99,18 +97,7 @@ func writeCredential(t *testing.T) string {
 // writeKeyPair writes cert's chain and key as PEM files and returns their paths.
 func writeKeyPair(t *testing.T, cert tls.Certificate) (certFile, keyFile string) {
 	t.Helper()
-	g := NewWithT(t)
-	dir := t.TempDir()
-	var chain []byte
-	for _, der := range cert.Certificate {
-		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	g.Expect(err).NotTo(HaveOccurred())
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	g.Expect(os.WriteFile(certFile, chain, 0o600)).To(Succeed())
-	g.Expect(os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)).To(Succeed())
-	return certFile, keyFile
+	return testcert.WriteKeyPair(t, t.TempDir(), cert)
 }
 
 // startServe runs `reference-provider serve` with flags on a free port and returns its base URL.

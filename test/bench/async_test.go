@@ -2,12 +2,9 @@ package bench
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,16 +57,8 @@ type receiver struct {
 func newReceiver(b *testing.B) receiver {
 	g := NewWithT(b)
 	ca := testcert.NewCAValidFor(b, "bench receiver CA", certValidity)
-	cert := ca.ServerCert(b)
 	dir := b.TempDir()
-	var chain []byte
-	for _, der := range cert.Certificate {
-		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(os.WriteFile(filepath.Join(dir, "tls.crt"), chain, 0o600)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)).To(Succeed())
+	testcert.WriteKeyPair(b, dir, ca.ServerCert(b))
 	addr, err := th.FreeAddr()
 	g.Expect(err).NotTo(HaveOccurred())
 	return receiver{

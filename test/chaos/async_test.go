@@ -2,12 +2,8 @@ package chaos
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,22 +107,8 @@ type receiver struct {
 func newReceiver(t *testing.T) *receiver {
 	t.Helper()
 	ca := testcert.NewCA(t, "chaos receiver CA")
-	cert := ca.ServerCert(t)
 	dir := t.TempDir()
-	var chain []byte
-	for _, der := range cert.Certificate {
-		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), chain, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testcert.WriteKeyPair(t, dir, ca.ServerCert(t))
 	addr, err := th.FreeAddr()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -81,4 +83,21 @@ func (ca *CA) ServerCert(t testing.TB) tls.Certificate {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
 	g.Expect(err).NotTo(HaveOccurred())
 	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}
+}
+
+// WriteKeyPair writes cert's chain and key as PEM into dir, as a kubernetes.io/tls Secret mounts
+// them: tls.crt and tls.key (PKCS #8). It returns their paths.
+func WriteKeyPair(t testing.TB, dir string, cert tls.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	g := NewWithT(t)
+	var chain []byte
+	for _, der := range cert.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	g.Expect(os.WriteFile(certFile, chain, 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)).To(Succeed())
+	return certFile, keyFile
 }
