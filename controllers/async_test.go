@@ -365,7 +365,7 @@ func TestNotificationBeforeTheStatusWriteIsKept(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(pending).To(HaveLen(1))
 	}).Should(Succeed())
-	g.Expect(held.Load()).To(BeTrue(), "the status write that records the request is held")
+	g.Eventually(held.Load).Should(BeTrue(), "the status write that records the request is held")
 	exp := time.Now().Add(5 * time.Minute)
 	_, err := e.team.Decide(pending[0].ID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
