@@ -51,7 +51,7 @@ var (
 	killMax  = flag.Duration("chaos.kill-max", 5*time.Second, "longest manager lifetime between kills")
 	spreadOf = flag.Duration("chaos.spread", 0, "time over which ToolCalls are created (0: 40ms per call, at least 5s)")
 	profiles = flag.String("chaos.profiles", "full,seed,async", "runs, comma-separated: a reference provider profile (full, seed) in synchronous mode, or with -async in asynchronous mode (async is full-async)")
-	parallel = flag.Bool("chaos.parallel", true, "run the profiles side by side (they share the control plane) rather than one after the other")
+	parallel = flag.Bool("chaos.parallel", false, "run the profiles side by side (they share the control plane) rather than one after the other")
 	logsTo   = flag.String("chaos.logs", "", "directory to keep the run's logs in: every manager process's (at debug level), the provider's, and an access log of the provider API (empty: none)")
 )
 
