@@ -95,7 +95,11 @@ func (s *Server) handleCancel(c *call) reply {
 		return reply{}
 	}
 	if c.fault != nil && c.fault.Kind == FaultDecideBeforeCancel {
-		s.decideBeforeCancel(c.who.instance, id, c.fault.Decision)
+		if !s.decideBeforeCancel(c.who.instance, id, c.fault.Decision) && c.fault.Count > 0 {
+			// A counted race that met no pending request is kept for the next cancellation, so
+			// that it races a decision as it is meant to.
+			_ = s.faults.Add(FaultRule{Op: OpCancel, Kind: FaultDecideBeforeCancel, Count: 1, Decision: c.fault.Decision})
+		}
 	}
 	rec, err := s.cancelAs(c.who.instance, id)
 	if errors.Is(err, ErrAlreadyTerminal) {
@@ -108,17 +112,20 @@ func (s *Server) handleCancel(c *call) reply {
 }
 
 // decideBeforeCancel is the decide_before_cancel fault: it decides an instance's pending request just
-// before its cancellation is applied, as a human deciding at the same moment would.
-func (s *Server) decideBeforeCancel(instance, id, status string) {
+// before its cancellation is applied, as a human deciding at the same moment would. It reports whether
+// it decided one.
+func (s *Server) decideBeforeCancel(instance, id, status string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, err := s.loadAsLocked(instance, id)
 	if err != nil || rec.Status != provider.StatusPending {
-		return
+		return false
 	}
 	if _, err := s.decideLocked(id, status, status+" while the cancellation was on its way (injected race)", nil, 0); err != nil {
 		s.log.Error(err, "deciding before a cancellation", "id", id)
+		return false
 	}
+	return true
 }
 
 // quote renders untrusted text for a message: quoted, escaped, and at most 80 characters of it.
