@@ -65,7 +65,7 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, including the short chaos run (both provider profiles, and the full one in asynchronous mode) and the browser tests, then the controller, Go client, MCP gateway and kubectl toolcall scenarios again against the seed provider profile (the fewest fields AAP allows, plain-text errors); builds controller-gen and the envtest binaries on first use. Fails first on a committed executable or a non-test Go file over 500 lines (hack/check-repo.sh).
+test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, including the short chaos run (both provider profiles, synchronous; `make chaos` adds asynchronous mode) and the browser tests, then the controller, Go client, MCP gateway and kubectl toolcall scenarios again against the seed provider profile (the fewest fields AAP allows, plain-text errors); builds controller-gen and the envtest binaries on first use. Fails first on a committed executable or a non-test Go file over 500 lines (hack/check-repo.sh).
 	@bash hack/check-repo.sh
 	@bash hack/install-test-deps.sh
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \

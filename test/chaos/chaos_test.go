@@ -5,8 +5,8 @@
 // nothing reported as what it was not) and liveness (what had time to run ran, everything else is
 // explained, every abandoned request ends cancelled at the provider).
 //
-// It runs once per entry of -chaos.profiles (default full,seed,async; side by side unless
-// -chaos.parallel=false, which the full run sets so that each has the control plane to itself): a
+// It runs once per entry of -chaos.profiles (default full,seed; make chaos adds async; one after the
+// other unless -chaos.parallel, which shares the control plane and, on two cores, the CPU): a
 // reference provider profile, "full" (ErrorResponse bodies, agent_reasoning and context echoed) or
 // "seed" (the fewest fields AAP allows, plain-text errors), both AAP v1 providers that cancel with
 // DELETE, in synchronous mode (long polls), or with -async ("async" is full-async) in asynchronous
@@ -50,7 +50,7 @@ var (
 	killMin  = flag.Duration("chaos.kill-min", 2*time.Second, "shortest manager lifetime between kills")
 	killMax  = flag.Duration("chaos.kill-max", 5*time.Second, "longest manager lifetime between kills")
 	spreadOf = flag.Duration("chaos.spread", 0, "time over which ToolCalls are created (0: 40ms per call, at least 5s)")
-	profiles = flag.String("chaos.profiles", "full,seed,async", "runs, comma-separated: a reference provider profile (full, seed) in synchronous mode, or with -async in asynchronous mode (async is full-async)")
+	profiles = flag.String("chaos.profiles", "full,seed", "runs, comma-separated: a reference provider profile (full, seed) in synchronous mode, or with -async in asynchronous mode (async is full-async)")
 	parallel = flag.Bool("chaos.parallel", false, "run the profiles side by side (they share the control plane) rather than one after the other")
 	logsTo   = flag.String("chaos.logs", "", "directory to keep the run's logs in: every manager process's (at debug level), the provider's, and an access log of the provider API (empty: none)")
 )
