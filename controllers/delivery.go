@@ -184,7 +184,8 @@ const (
 	requestIDField = "toolgate.dev/request-id"
 )
 
-func registrationsOf(o client.Object) []tg.WebhookRegistration {
+// deliveryRegistrations are the active, proposed and previous registrations of a provider object.
+func deliveryRegistrations(o client.Object) []tg.WebhookRegistration {
 	d := o.(tg.GenericProvider).GetStatus().Delivery
 	if d == nil {
 		return nil
@@ -200,7 +201,7 @@ func registrationsOf(o client.Object) []tg.WebhookRegistration {
 
 func indexProvidersByRegistration(o client.Object) []string {
 	var out []string
-	for _, r := range registrationsOf(o) {
+	for _, r := range deliveryRegistrations(o) {
 		out = append(out, r.RegistrationID)
 	}
 	return out
@@ -208,7 +209,7 @@ func indexProvidersByRegistration(o client.Object) []string {
 
 func indexProvidersByInstance(o client.Object) []string {
 	var out []string
-	for _, r := range registrationsOf(o) {
+	for _, r := range deliveryRegistrations(o) {
 		if r.InstanceID != "" {
 			out = append(out, r.InstanceID)
 		}

@@ -355,10 +355,7 @@ const provisionedKey = "token"
 // created again never reads the credential of the instance its predecessor had, and, for an instance
 // that replaced another (replaces, the id of the one it replaced), after that one too.
 func provisionedSecretName(obj tg.GenericProvider, replaces string) string {
-	name := obj.GetName()
-	if len(name) > 200 {
-		name = name[:200]
-	}
+	name := truncate(obj.GetName(), 200)
 	uid := string(obj.GetUID())
 	s := fmt.Sprintf("%s-aap-credential-%s", name, uid[:min(8, len(uid))])
 	if replaces != "" {
