@@ -156,7 +156,7 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 
 func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		// A new generation, or the deletion (which sets the deletion timestamp, not the generation).
+		// A new generation, or the deletion (which sets the deletion timestamp and bumps the generation).
 		For(newProviderObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting{}))).
 		// A call that ended may have been the last one holding a replaced instance, or a deleted
 		// provider object, back.

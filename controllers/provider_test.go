@@ -128,6 +128,57 @@ func TestCallGoesToTheProviderItsToolNames(t *testing.T) {
 	g.Expect(team.Stats().Creates).To(BeEquivalentTo(1))
 }
 
+// A call accepted with a provider object that is then deleted is still submitted to it: here its
+// first POST was committed but its answer lost, the manager restarted while the object was deleted,
+// and the new manager's idempotent replay recovers the request, approved meanwhile, and runs it. (The
+// deletion bumps the object's generation, which its last readiness check does not name.)
+func TestDeletedProviderStillTakesTheSubmissionsOfItsCalls(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team := readyTeamProvider(h, tg.DefaultProviderName)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	g.Expect(team.Faults().Set(
+		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1},
+		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1},
+	)).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	var req provider.Request
+	g.Eventually(func(g Gomega) {
+		all, err := team.List("")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(all).To(HaveLen(1), "the committed request")
+		req = all[0]
+	}).Should(Succeed())
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := team.Decide(req.ID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	key := types.NamespacedName{Namespace: h.NS, Name: tg.DefaultProviderName}
+	ap := &tg.ApprovalProvider{}
+	g.Expect(h.K8s.Get(context.Background(), key, ap)).To(Succeed())
+	generation := ap.Generation
+	h.StopManager()
+	g.Expect(h.K8s.Delete(context.Background(), ap)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.K8s.Get(context.Background(), key, ap)).To(Succeed())
+		g.Expect(ap.DeletionTimestamp).NotTo(BeNil())
+	}).Should(Succeed())
+	g.Expect(ap.Generation).To(Equal(generation+1), "the deletion bumps the generation")
+	team.Faults().Clear()
+	h.Restart()
+
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
+	g.Expect(running.Status.RequestID).To(Equal(req.ID))
+	g.Expect(running.Annotations).To(HaveKeyWithValue(tg.AnnotationProvider, tg.KindApprovalProvider+"/"+tg.DefaultProviderName))
+	g.Expect(team.Stats().Creates).To(BeEquivalentTo(1), "one request, recovered by the replay")
+	h.FinishJob(running.Status.JobName, true, "refunded")
+	h.WaitPhase("refund", tg.PhaseSucceeded)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(h.K8s.Get(context.Background(), key, &tg.ApprovalProvider{}))
+	}).Should(BeTrue(), "gone once its call ended")
+}
+
 // Without spec.providerRef, the namespace's ApprovalProvider named default is used before the
 // manager's own provider.
 func TestNamespaceDefaultProviderComesBeforeTheManagersOwn(t *testing.T) {

@@ -172,8 +172,12 @@ func (p *providers) client(ctx context.Context, k providerKey, ready bool, insta
 	}
 	if ready {
 		cond := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
+		// The deletion bumps the generation, and an object being deleted is not checked again: it
+		// serves the calls accepted with it, a submission of theirs included (one whose status write
+		// was lost recovers its request with it), as it was last found.
+		checked := cond != nil && (cond.ObservedGeneration == obj.GetGeneration() || !obj.GetDeletionTimestamp().IsZero())
 		switch {
-		case cond == nil || cond.ObservedGeneration != obj.GetGeneration():
+		case !checked:
 			return nil, "", k.String() + " has not been checked yet", nil
 		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonProviderUnreachable:
 			// Its settings cannot work (a missing Secret, a refused credential): nothing is
