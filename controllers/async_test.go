@@ -324,6 +324,26 @@ func TestRemovingDeliveryFallsBackToLongPolls(t *testing.T) {
 	g.Expect(e.team.Stats().Delivered).To(BeZero())
 }
 
+// A delivery update that cannot be sent, because no client can be built with the provisioner token,
+// says so and what is wrong, rather than quoting a provider error code nobody sent.
+func TestDeliveryUpdateThatCannotBeSentSaysWhy(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	ap := e.provider(g)
+	ap.Spec.CABundle = []byte("not a certificate")
+	ap.Spec.Delivery.Rotation = "2"
+	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		ap := e.provider(g)
+		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(tg.ReasonDeliveryFailed))
+		g.Expect(c.Message).To(Equal("The registration of " + e.receiverURL + " could not be submitted (the provisioner token cannot be used: the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate); retried."))
+	}).Should(Succeed())
+}
+
 // touch changes an annotation of ToolCall name, which reconciles it.
 func touch(h *th.Harness, name string) {
 	h.T.Helper()

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"time"
 
@@ -54,6 +55,9 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		}
 		// Delivery was removed: the provider stops delivering, and waiting calls go back to long polls.
 		if err := r.updateDelivery(ctx, k, obj, inst.ID, "remove/"+st.Delivery.Active.RegistrationID, provider.DeliveryUpdate{Remove: true}); err != nil {
+			if why := notSent(err); why != "" {
+				return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (%s); retried.", why), reprobeNotReady
+			}
 			return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (provider error %s); retried.", provider.CodeOf(err)), reprobeNotReady
 		}
 		st.Delivery = nil
@@ -96,6 +100,9 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 	}
 	err = r.updateDelivery(ctx, k, obj, inst.ID, p.RegistrationID, provider.DeliveryUpdate{Set: &provider.WebhookDeliveryInput{
 		Type: tg.DeliveryWebhook, URL: p.ReceiverURL, RegistrationID: p.RegistrationID, SigningSecret: secret}})
+	if why := notSent(err); why != "" {
+		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The registration of %s could not be submitted (%s); retried.", p.ReceiverURL, why), reprobeNotReady
+	}
 	switch code := provider.CodeOf(err); {
 	case err == nil:
 	case code == provider.CodeWebhookVerificationFailed:
@@ -149,13 +156,29 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providerKey, obj tg.
 func (r *ProviderReconciler) updateDelivery(ctx context.Context, k providerKey, obj tg.GenericProvider, id, key string, d provider.DeliveryUpdate) error {
 	pc, reason, message := r.provisioner(ctx, k, obj)
 	if reason != "" {
-		return &provider.Error{Op: "update_instance", Code: provider.CodeUnauthenticated, Detail: message}
+		return unusableProvisioner(message)
 	}
 	// The provider verifies the receiver within this call: up to 10 s of its own.
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout+10*time.Second)
 	defer cancel()
 	_, err := pc.UpdateInstanceDelivery(ctx, id, key, d)
 	return err
+}
+
+// unusableProvisioner is why no client could be built with the provisioner token (its Secret, or the
+// object's CA bundle): nothing reached the provider.
+type unusableProvisioner string
+
+func (u unusableProvisioner) Error() string { return string(u) }
+
+// notSent is why a delivery update failed before it reached the provider, "" when it did reach it
+// (its error code says the rest).
+func notSent(err error) string {
+	var up unusableProvisioner
+	if !errors.As(err, &up) {
+		return ""
+	}
+	return "the provisioner token cannot be used: " + string(up)
 }
 
 // setDeliveryCondition writes c, or removes the Delivery condition when c is nil.
