@@ -92,6 +92,9 @@ type report struct {
 	unsubmitted int
 	// races counts the requests a decision racing a DELETE decided; cancelled those a DELETE cancelled.
 	races, cancelled int
+	// racesLeft counts the counted decide_before_cancel rules that had met no pending request by the
+	// audit (each is kept for the next DELETE until one does).
+	racesLeft int
 	// bypassed are the requests submitted for a ToolCall deleted at once that the apiserver removed
 	// although the manager's acceptance had just given it its finalizer: a Delete that read the
 	// ToolCall before the finalizer was added removes it without looking again (the registry checks
@@ -273,6 +276,11 @@ func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call, versio
 		rep.flag(invDuplicate, "%d requests for %d keys", len(requests), len(keys))
 	}
 	rep.stats = h.Provider.Stats()
+	for _, rule := range h.Provider.Faults().Rules() {
+		if rule.Kind == reference.FaultDecideBeforeCancel && rule.Count > 0 {
+			rep.racesLeft++
+		}
+	}
 	return rep
 }
 
@@ -381,7 +389,10 @@ func (r *report) evidence(rules []reference.FaultRule, duringChaos reference.Sta
 		r.flag(invNoNotified, "%d notifications delivered during the chaos window, %d ToolCalls with one recorded", duringChaos.Delivered, r.notified)
 	}
 	if duringChaos.Cancels >= raceFirstCancels && r.races == 0 {
-		r.flag(invNoRace, "%d DELETEs, no request decided by a racing decision", duringChaos.Cancels)
+		// The figures say which side to look at: DELETEs that met no pending request (the provider's
+		// counts), or races the provider made that the audit did not find.
+		r.flag(invNoRace, "%d DELETEs, no request decided by a racing decision; the provider's counts by the audit: %d pending requests cancelled, %d decided by a racing decision, %d counted races still waiting for a pending request, DELETE answers %s",
+			duringChaos.Cancels, r.stats.Cancellations, r.stats.RacedDecisions, r.racesLeft, answers(r.stats.Responses[reference.OpCancel]))
 	}
 	timeToRun, valid := 0, 0
 	for _, c := range r.all {

@@ -21,8 +21,8 @@ func (r *report) print(t *testing.T) {
 		fmt.Fprintf(&b, "Notifications: %d delivery attempts, %d acknowledged, %d failed (receiver down, dropped, refused), %d abandoned; ToolCalls left with a notification recorded: %d\n",
 			r.stats.DeliveryAttempts, r.stats.Delivered, r.stats.DeliveryFailures, r.stats.DeliveriesAbandoned, r.notified)
 	}
-	fmt.Fprintf(&b, "DELETEs: %d, answered %s; %d requests cancelled, %d decided by a decision racing a DELETE\n",
-		r.stats.Cancels, answers(r.stats.Responses[reference.OpCancel]), r.cancelled, r.races)
+	fmt.Fprintf(&b, "DELETEs: %d, answered %s; %d requests cancelled, %d decided by a decision racing a DELETE (the provider counts %d)\n",
+		r.stats.Cancels, answers(r.stats.Responses[reference.OpCancel]), r.cancelled, r.races, r.stats.RacedDecisions)
 	fmt.Fprintf(&b, "ToolCalls that ended before any submission reached the provider (no human could act): %d\n", r.unsubmitted)
 	fmt.Fprintf(&b, "Requests submitted for a ToolCall deleted at once that the apiserver removed despite the finalizer the acceptance had just added (withdrawn by the manager when its status write found the ToolCall gone): %d %v\n", len(r.bypassed), r.bypassed)
 	fmt.Fprintf(&b, "Of those, orphaned by a manager kill before the withdrawal (held in memory only; they end at their provider deadline): %d %v\n", len(r.lostToKill), r.lostToKill)

@@ -170,6 +170,7 @@ func TestProvider04_RecordsOnlyOneTerminalOutcomePerRequest(t *testing.T) {
 	raced := e.create("raced")
 	e.expectError(e.cancel(raced.ID), http.StatusConflict, provider.CodeAlreadyTerminal)
 	e.g.Expect(e.expectRequest(e.get(raced.ID, ""), http.StatusOK).Status).To(Equal(provider.StatusApproved))
+	e.g.Expect(e.stats().RacedDecisions).To(BeEquivalentTo(1))
 }
 
 // 5. Expire requests that remain pending at their deadline.

@@ -125,6 +125,7 @@ func (s *Server) decideBeforeCancel(instance, id, status string) bool {
 		s.log.Error(err, "deciding before a cancellation", "id", id)
 		return false
 	}
+	s.stats.update(func(st *Stats) { st.RacedDecisions++ })
 	return true
 }
 

@@ -19,7 +19,10 @@ type Stats struct {
 	Replays       int64 `json:"replays"`       // submissions answered with an existing request
 	Cancellations int64 `json:"cancellations"` // pending requests cancelled
 	Decisions     int64 `json:"decisions"`     // pending requests approved or denied
-	Expiries      int64 `json:"expiries"`      // pending requests whose deadline passed
+	// RacedDecisions counts the pending requests a decide_before_cancel fault decided (included in
+	// Decisions): the cancellations that met a racing decision.
+	RacedDecisions int64 `json:"raced_decisions"`
+	Expiries       int64 `json:"expiries"` // pending requests whose deadline passed
 
 	// FaultsFired counts fired fault rules; Faults splits them by kind.
 	FaultsFired int64               `json:"faults_fired"`
