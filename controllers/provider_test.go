@@ -137,18 +137,7 @@ func TestDeletedProviderStillTakesTheSubmissionsOfItsCalls(t *testing.T) {
 	g := h.G
 	team := readyTeamProvider(h, tg.DefaultProviderName)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	g.Expect(team.Faults().Set(
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1},
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1},
-	)).To(Succeed())
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
-	var req provider.Request
-	g.Eventually(func(g Gomega) {
-		all, err := team.List("")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(all).To(HaveLen(1), "the committed request")
-		req = all[0]
-	}).Should(Succeed())
+	req := unansweredSubmission(h, team)
 	exp := time.Now().Add(5 * time.Minute)
 	_, err := team.Decide(req.ID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -127,26 +127,34 @@ func TestFailedJobReportsItsMessage(t *testing.T) {
 	h.G.Expect(failed.Status.Reason).To(Equal(tg.ReasonJobFailed))
 }
 
+// unansweredSubmission creates ToolCall refund, whose first POST to srv is committed but its response
+// lost, while every POST after it fails until the test clears srv's faults, and returns the committed
+// request.
+func unansweredSubmission(h *th.Harness, srv *reference.Server) provider.Request {
+	h.T.Helper()
+	h.G.Expect(srv.Faults().Set(
+		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1},
+		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1},
+	)).To(Succeed())
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+	var req provider.Request
+	h.G.Eventually(func(g Gomega) {
+		all, err := srv.List("")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(all).To(HaveLen(1), "the committed request")
+		req = all[0]
+	}).Should(Succeed())
+	return req
+}
+
 // "The provider may return a terminal decision in the response to the initial request. In that case,
 // the adapter applies the decision immediately and does not poll."
 func TestDecisionInSubmitResponseIsAppliedWithoutPolling(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	// The controller's first POST is committed but its response lost; every POST after it fails
-	// until the request is approved. The controller never learns the request's id, so it cannot poll.
-	g.Expect(h.Provider.Faults().Set(
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1},
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1},
-	)).To(Succeed())
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
-	var req provider.Request
-	g.Eventually(func(g Gomega) {
-		all, err := h.Provider.List("")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(all).To(HaveLen(1), "the committed request")
-		req = all[0]
-	}).Should(Succeed())
+	// The controller never learns the request's id, so it cannot poll.
+	req := unansweredSubmission(h, h.Provider)
 	// Approved under the ToolCall's idempotency key (its UID): the next POST, a replay, answers with
 	// the approved request.
 	h.Approve(req.ID, 5*time.Minute)
