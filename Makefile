@@ -77,7 +77,7 @@ test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, inc
 PROFILE_INDEPENDENT = ^Test(ExpiringCredential|ReplacedInstance|Asynchronous|Receiver|LostNotification|RemovingDelivery|NotificationBefore|Rotation|DeliveryUpdate|DeletedProviderStill)
 
 .PHONY: bench
-bench: ## Run the benchmarks and write the results into docs/performance.md: long polls (synchronous) and the requeue-polling baseline at 100 to 10,000 pending, asynchronous mode (AAP webhooks) at 100 to 100,000, the end-to-end throughput run, the waiter alone. About 80 minutes on 2 cores, 30 to 45 of them the 100,000 run (estimated from runs at 5,000 and 20,000 pending, where the manager brought 104 and 68 new ToolCalls a second to AwaitingApproval), and about 12 GiB of free memory (the apiserver grew by about 85 KiB per pending ToolCall at 20,000). BENCH_FLAGS='-bench.sizes=100,1000,10000' leaves out the 100,000 run.
+bench: ## Run the benchmarks and write the results into docs/performance.md: long polls (synchronous) and the requeue-polling baseline at 100 to 10,000 pending, asynchronous mode (AAP webhooks) at 100 to 100,000, the end-to-end throughput run, the waiter alone. About 50 minutes on 2 cores, 24 of them the 100,000 run, and about 8 GiB of free memory (at 100,000 pending the apiserver held 5.6 GiB and etcd 1.0 GiB). BENCH_FLAGS='-bench.sizes=100,1000,10000' leaves out the 100,000 run.
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
 	go test ./test/bench/ -run '^$$' -bench . -benchtime 1x -timeout 180m -args -bench.modes=longpoll,requeue,async -bench.sizes=100,1000,10000,async:100000 -bench.write="$(CURDIR)/docs/performance.md" $(BENCH_FLAGS)
 
