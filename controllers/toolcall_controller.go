@@ -270,12 +270,7 @@ func notifiedFirst() handler.EventHandler {
 			if is == nil || (was != nil && was.ID == is.ID) {
 				return
 			}
-			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)}
-			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(decisionPriority)}, req)
-				return
-			}
-			q.Add(req)
+			addFirst(q, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)})
 		},
 	}
 }
@@ -284,12 +279,17 @@ func notifiedFirst() handler.EventHandler {
 func enqueueFirst() handler.TypedEventHandler[*tg.ToolCall, reconcile.Request] {
 	return handler.TypedFuncs[*tg.ToolCall, reconcile.Request]{
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*tg.ToolCall], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}
-			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(decisionPriority)}, req)
-				return
-			}
-			q.Add(req)
+			addFirst(q, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
 		},
 	}
+}
+
+// addFirst adds req at decisionPriority on the controller's priority queue (a plain queue takes it
+// in order).
+func addFirst(q workqueue.TypedRateLimitingInterface[reconcile.Request], req reconcile.Request) {
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(decisionPriority)}, req)
+		return
+	}
+	q.Add(req)
 }
