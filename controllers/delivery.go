@@ -55,10 +55,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		}
 		// Delivery was removed: the provider stops delivering, and waiting calls go back to long polls.
 		if err := r.updateDelivery(ctx, k, obj, inst.ID, "remove/"+st.Delivery.Active.RegistrationID, provider.DeliveryUpdate{Remove: true}); err != nil {
-			if why := notSent(err); why != "" {
-				return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (%s); retried.", why), reprobeNotReady
-			}
-			return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (provider error %s); retried.", provider.CodeOf(err)), reprobeNotReady
+			return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (%s); retried.", updateFailure(err)), reprobeNotReady
 		}
 		st.Delivery = nil
 		return nil, 0
@@ -100,9 +97,6 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 	}
 	err = r.updateDelivery(ctx, k, obj, inst.ID, p.RegistrationID, provider.DeliveryUpdate{Set: &provider.WebhookDeliveryInput{
 		Type: tg.DeliveryWebhook, URL: p.ReceiverURL, RegistrationID: p.RegistrationID, SigningSecret: secret}})
-	if why := notSent(err); why != "" {
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The registration of %s could not be submitted (%s); retried.", p.ReceiverURL, why), reprobeNotReady
-	}
 	switch code := provider.CodeOf(err); {
 	case err == nil:
 	case code == provider.CodeWebhookVerificationFailed:
@@ -112,7 +106,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed,
 			"The provider refused the delivery to %s (provider error %s): it takes public https:// URLs only, and may not offer asynchronous mode.", p.ReceiverURL, code), reprobeNotReady
 	default:
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The registration of %s could not be submitted (provider error %s); retried.", p.ReceiverURL, code), reprobeNotReady
+		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The registration of %s could not be submitted (%s); retried.", p.ReceiverURL, updateFailure(err)), reprobeNotReady
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	if d.Active != nil {
@@ -171,14 +165,14 @@ type unusableProvisioner string
 
 func (u unusableProvisioner) Error() string { return string(u) }
 
-// notSent is why a delivery update failed before it reached the provider, "" when it did reach it
-// (its error code says the rest).
-func notSent(err error) string {
+// updateFailure says why a delivery update failed: the provider's error code, or why it was never
+// sent.
+func updateFailure(err error) string {
 	var up unusableProvisioner
-	if !errors.As(err, &up) {
-		return ""
+	if errors.As(err, &up) {
+		return "the provisioner token cannot be used: " + string(up)
 	}
-	return "the provisioner token cannot be used: " + string(up)
+	return "provider error " + provider.CodeOf(err)
 }
 
 // setDeliveryCondition writes c, or removes the Delivery condition when c is nil.
