@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -170,30 +170,17 @@ func clearNamespace(b *testing.B, h *th.Harness, names []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	start := time.Now()
-	var next atomic.Int64
 	var failed atomic.Int64
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(names) || ctx.Err() != nil {
-					return
-				}
-				tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: names[i]}}
-				err := h.K8s.Patch(ctx, tc, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
-				if err == nil || apierrors.IsNotFound(err) {
-					err = client.IgnoreNotFound(h.K8s.Delete(ctx, tc))
-				}
-				if err != nil {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	workqueue.ParallelizeUntil(ctx, 32, len(names), func(i int) {
+		tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: names[i]}}
+		err := h.K8s.Patch(ctx, tc, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		if err == nil || apierrors.IsNotFound(err) {
+			err = client.IgnoreNotFound(h.K8s.Delete(ctx, tc))
+		}
+		if err != nil {
+			failed.Add(1)
+		}
+	})
 	if err := h.K8s.DeleteAllOf(ctx, &corev1.Event{}, client.InNamespace(h.NS)); err != nil {
 		b.Logf("clearing Events: %v", err)
 	}

@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -407,27 +408,16 @@ func BenchmarkPending(b *testing.B) {
 // createToolCalls creates n ToolCalls with 32 concurrent clients and returns their names.
 func createToolCalls(b *testing.B, h *th.Harness, n int, limit time.Duration) []string {
 	names := make([]string, n)
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				names[i] = fmt.Sprintf("call-%05d", i)
-				tc := h.NewToolCall(names[i], "issue_refund", fmt.Sprintf(`{"payment_id":"p-%d","amount":%d,"currency":"GBP"}`, i, i+1), limit, nil)
-				if err := h.K8s.Create(context.Background(), tc); err != nil {
-					b.Errorf("creating %s: %v", names[i], err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	workqueue.ParallelizeUntil(ctx, 32, n, func(i int) {
+		names[i] = fmt.Sprintf("call-%05d", i)
+		tc := h.NewToolCall(names[i], "issue_refund", fmt.Sprintf(`{"payment_id":"p-%d","amount":%d,"currency":"GBP"}`, i, i+1), limit, nil)
+		if err := h.K8s.Create(ctx, tc); err != nil {
+			b.Errorf("creating %s: %v", names[i], err)
+			cancel()
+		}
+	})
 	return names
 }
 
