@@ -23,8 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -166,6 +168,73 @@ func TestAsynchronousApprovalRunsWithoutPolling(t *testing.T) {
 	g.Expect(uuid.Parse(running.Status.Notification.ID)).Error().NotTo(HaveOccurred())
 	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
 	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
+}
+
+// The receiver queues the call whose notification it recorded: the manager reads the request at once,
+// without waiting for the watch to bring the recorded notification (here the watch never does).
+func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
+	var held atomic.Int64
+	e := startAsync(t, withholdingNotifications(&held))
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	gets := e.team.Stats().Gets
+
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Notification).NotTo(BeNil())
+	g.Expect(held.Load()).To(BeNumerically(">", 0), "the watch event that recorded the notification was held back")
+	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
+}
+
+// withholdingNotifications builds the manager's cache so that its ToolCall informer never hands the
+// controllers a change that records a notification; held counts those it kept back.
+func withholdingNotifications(held *atomic.Int64) th.Option {
+	return func(h *th.Harness) {
+		h.NewCache = func(cfg *rest.Config, o cache.Options) (cache.Cache, error) {
+			c, err := cache.New(cfg, o)
+			return &notificationHolder{Cache: c, held: held}, err
+		}
+	}
+}
+
+type notificationHolder struct {
+	cache.Cache
+	held *atomic.Int64
+}
+
+func (c *notificationHolder) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	i, err := c.Cache.GetInformer(ctx, obj, opts...)
+	if _, ok := obj.(*tg.ToolCall); !ok || err != nil {
+		return i, err
+	}
+	return &holdingInformer{Informer: i, held: c.held}, nil
+}
+
+type holdingInformer struct {
+	cache.Informer
+	held *atomic.Int64
+}
+
+func (i *holdingInformer) AddEventHandlerWithOptions(hd toolscache.ResourceEventHandler, o toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.Informer.AddEventHandlerWithOptions(holdingHandler{ResourceEventHandler: hd, held: i.held}, o)
+}
+
+type holdingHandler struct {
+	toolscache.ResourceEventHandler
+	held *atomic.Int64
+}
+
+func (hh holdingHandler) OnUpdate(oldObj, newObj any) {
+	was, ok1 := oldObj.(*tg.ToolCall)
+	is, ok2 := newObj.(*tg.ToolCall)
+	if ok1 && ok2 && is.Status.Notification != nil && (was.Status.Notification == nil || was.Status.Notification.ID != is.Status.Notification.ID) {
+		hh.held.Add(1)
+		return
+	}
+	hh.ResourceEventHandler.OnUpdate(oldObj, newObj)
 }
 
 // The receiver refuses what it cannot trust, answers a duplicate without acting twice, and drops a

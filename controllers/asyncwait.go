@@ -99,6 +99,21 @@ func (a *asyncReads) forget(uid types.UID) {
 	a.mu.Unlock()
 }
 
+// notifiedBuffer is how many woken calls wait for the work queue before wake drops one; a dropped
+// wake costs only time, as the watch of the recorded notification queues the call too.
+const notifiedBuffer = 1024
+
+// wake queues tc, a call whose notification the receiver just recorded, to read its request now,
+// without waiting for the watch to show the record (tc is the written object; the cache may still
+// hold the one before it).
+func (r *ToolCallReconciler) wake(tc *tg.ToolCall) {
+	r.asyncReads.retry(tc.UID)
+	select {
+	case r.notified <- event.TypedGenericEvent[*tg.ToolCall]{Object: tc}:
+	default:
+	}
+}
+
 // awaitNotification keeps an asynchronous call waiting until a notification or a safety read finds
 // its request decided, then applies the decision as a long poll's would be.
 func (r *ToolCallReconciler) awaitNotification(ctx context.Context, sc *scope, ref provider.Ref, until time.Time) (ctrl.Result, error) {

@@ -237,7 +237,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if receiverOn {
 		rc := &Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
-			Log: mgr.GetLogger().WithName("receiver"), providers: provs}
+			Log: mgr.GetLogger().WithName("receiver"), providers: provs, wake: r.wake}
 		srv := &receiverServer{addr: o.ReceiverBindAddress, certDir: o.ReceiverCertDir, handler: rc, log: rc.Log, synced: mgr.GetCache().WaitForCacheSync}
 		if err := mgr.Add(srv); err != nil {
 			return err

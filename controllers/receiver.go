@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -38,6 +39,36 @@ type Receiver struct {
 	Clock     clock.PassiveClock
 	Log       logr.Logger
 	providers *providers
+	// wake queues a call to read its request once its notification is recorded.
+	wake func(*tg.ToolCall)
+	// secrets are the signing secrets that verified a message, by Secret (signingSecrets).
+	secrets signingSecrets
+}
+
+// signingSecrets remembers the signing secret of each registration's Secret once it verified a
+// message, so that a notification costs no Secret read. A registration's secret never changes (a
+// rotation is a new registration with a new Secret), and the provider signs with what was
+// registered whatever becomes of the Secret; a message the remembered value does not verify reads
+// the Secret again.
+type signingSecrets struct {
+	mu sync.Mutex
+	by map[types.NamespacedName]string
+}
+
+func (s *signingSecrets) get(name types.NamespacedName) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.by[name]
+	return v, ok
+}
+
+func (s *signingSecrets) put(name types.NamespacedName, v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[types.NamespacedName]string{}
+	}
+	s.by[name] = v
 }
 
 // answer is the receiver's reply to a message: its HTTP status, the outcome counted, the challenge
@@ -159,6 +190,7 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 		}
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: fmt.Errorf("recording the notification on ToolCall %s/%s: %w", tc.Namespace, tc.Name, err)}
 	}
+	rc.wake(tc)
 	return answer{status: http.StatusNoContent, outcome: "accepted"}
 }
 
@@ -185,11 +217,19 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 
 // check verifies message m with the signing secret of registration reg.
 func (rc *Receiver) check(ctx context.Context, k providerKey, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
-	secret, err := rc.providers.secretValue(ctx, types.NamespacedName{Namespace: rc.providers.namespaceOf(k), Name: reg.SecretName}, signingSecretKey)
+	name := types.NamespacedName{Namespace: rc.providers.namespaceOf(k), Name: reg.SecretName}
+	if secret, ok := rc.secrets.get(name); ok && aapwebhook.Verify(secret, m, body, h, rc.Clock.Now()) == nil {
+		return nil
+	}
+	secret, err := rc.providers.secretValue(ctx, name, signingSecretKey)
 	if err != nil {
 		return fmt.Errorf("%w: the signing secret of registration %s: %v", errUnavailable, reg.RegistrationID, err)
 	}
-	return aapwebhook.Verify(secret, m, body, h, rc.Clock.Now())
+	if err := aapwebhook.Verify(secret, m, body, h, rc.Clock.Now()); err != nil {
+		return err
+	}
+	rc.secrets.put(name, secret)
+	return nil
 }
 
 var errUnavailable = errors.New("unavailable")

@@ -43,6 +43,8 @@ type ToolCallReconciler struct {
 	Waiter      *Waiter
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
+	// notified carries the calls the receiver verified a notification for (wake).
+	notified chan event.TypedGenericEvent[*tg.ToolCall]
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -232,6 +234,9 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
 	}
+	if r.notified == nil {
+		r.notified = make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
 		Watches(&tg.ToolCall{}, r.recordGone()).
@@ -243,7 +248,9 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
-		// A notification the receiver recorded is a decision to read: it is queued as the waiter's are.
+		// A notification the receiver recorded is a decision to read: it is queued as the waiter's
+		// are, at once (wake), and again when the watch shows it recorded.
+		WatchesRawSource(source.Channel(r.notified, enqueueFirst())).
 		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
 		// polls and notifications.

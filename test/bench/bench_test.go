@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -169,7 +170,14 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 	idleLive := liveBytes(b, p, "")
 
 	jobsSeen := watchJobs(b, h)
-	states := watchPhases(b, h, nil)
+	// When the watch shows each call's notification recorded (asynchronous mode), to split a decision's
+	// time into the provider's delivery and the manager's part.
+	notified := newSeen()
+	states := watchPhases(b, h, func(tc *tg.ToolCall) {
+		if tc.Status.Notification != nil {
+			notified.first(string(tc.UID), time.Now())
+		}
+	})
 	// The calls must not reach their waiting limit before the decisions: creating 100,000 takes a while.
 	limit := max(30*time.Minute, time.Duration(n)*50*time.Millisecond)
 	created := time.Now()
@@ -205,10 +213,17 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 	// Decisions at random times, 20 a second on average; latency from the approval to the Job being seen.
 	m0, err := scrape(p)
 	g.Expect(err).NotTo(HaveOccurred())
+	a0 := scrapeAPIServer(b)
 	d := min(*decisions, n)
 	approved := newSeen()
 	var wg sync.WaitGroup
 	spread := time.Duration(d) * time.Second / 20
+	var cpu chan []byte
+	if *pprofDir != "" {
+		cpu = make(chan []byte, 1)
+		go func() { cpu <- cpuProfile(b, spread) }()
+	}
+	start := time.Now()
 	for _, i := range rand.Perm(n)[:d] {
 		tc := h.Get(names[i])
 		at := time.Duration(rand.Int64N(int64(spread)))
@@ -230,10 +245,23 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 			b.Logf("%s during the decisions:%s", name, histogramDelta(m0, m1, name))
 		}
 	}
-	b.Logf("slowest decisions: %v", lat[max(0, len(lat)-5):])
+	if a1 := scrapeAPIServer(b); a0 != nil && a1 != nil {
+		for _, name := range []string{"apiserver_request_duration_seconds", "etcd_request_duration_seconds"} {
+			b.Logf("%s during the decisions (the decision path's resources):%s", name, histogramDelta(onDecisionPath(a0), onDecisionPath(a1), name))
+		}
+	}
+	b.Logf("slowest decisions (latency (to the notification on a watch) @ when decided): %s", approved.slowest(jobsSeen, notified, start, 10))
 	if mode == "async" {
 		st := h.Provider.Stats()
 		b.Logf("notifications: %d delivered, %d failed attempts", st.Delivered, st.DeliveryFailures)
+		toNote, fromNote := approved.until(notified), notified.until(jobsSeen)
+		b.Logf("decision → notification on a watch p50/p99 %s / %s; notification on a watch → Job p50/p99 %s / %s",
+			ms(pct(toNote, 50)), ms(pct(toNote, 99)), ms(pct(fromNote, 50)), ms(pct(fromNote, 99)))
+	}
+	if cpu != nil {
+		if data := <-cpu; data != nil {
+			g.Expect(os.WriteFile(filepath.Join(*pprofDir, fmt.Sprintf("cpu-%s-%d.pb.gz", mode, n)), data, 0o644)).To(Succeed())
+		}
 	}
 
 	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.0f | %.1f | %.1f | %s |",
@@ -507,6 +535,36 @@ func (s *seen) waitUntil(g Gomega, later *seen, n int) []time.Duration {
 	return d
 }
 
+// slowest lists the n longest times from s to later, each with when it started after start and,
+// when mid holds a time for it too, the time from s to mid.
+func (s *seen) slowest(later, mid *seen, start time.Time, n int) string {
+	type pair struct {
+		d, at, mid time.Duration
+	}
+	var all []pair
+	s.mu.Lock()
+	for uid, t0 := range s.at {
+		if t1, ok := later.get(uid); ok {
+			p := pair{d: t1.Sub(t0), at: t0.Sub(start), mid: -1}
+			if tm, ok := mid.get(uid); ok {
+				p.mid = tm.Sub(t0)
+			}
+			all = append(all, p)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b pair) int { return int(b.d - a.d) })
+	var out []string
+	for _, p := range all[:min(n, len(all))] {
+		m := ""
+		if p.mid >= 0 {
+			m = fmt.Sprintf(" (%s)", p.mid.Round(time.Millisecond))
+		}
+		out = append(out, fmt.Sprintf("%s%s @ %s", p.d.Round(time.Millisecond), m, p.at.Round(100*time.Millisecond)))
+	}
+	return strings.Join(out, ", ")
+}
+
 func (s *seen) get(uid string) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -711,6 +769,62 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_heap_alloc_bytes")/(1<<20),
 		m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
 	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
+}
+
+// scrapeAPIServer reads the apiserver's metrics, or nil.
+func scrapeAPIServer(b *testing.B) metricsSnapshot {
+	data, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Logf("apiserver metrics: %v", err)
+		return nil
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	m, err := parser.TextToMetricFamilies(strings.NewReader(string(data)))
+	if err != nil {
+		b.Logf("apiserver metrics: %v", err)
+		return nil
+	}
+	return m
+}
+
+// onDecisionPath keeps, of the apiserver's request and etcd histograms, the series of the resources
+// a decision goes through (ToolCalls, Tools, Secrets, Jobs) and drops the rest.
+func onDecisionPath(m metricsSnapshot) metricsSnapshot {
+	keep := func(l *dto.LabelPair) bool {
+		switch l.GetName() {
+		case "resource", "type":
+			v := l.GetValue()
+			return strings.Contains(v, "toolcalls") || strings.Contains(v, "tools") || strings.Contains(v, "secrets") || strings.Contains(v, "jobs")
+		}
+		return false
+	}
+	out := metricsSnapshot{}
+	for name, f := range m {
+		g := &dto.MetricFamily{Name: f.Name, Type: f.Type}
+		for _, s := range f.GetMetric() {
+			if slices.ContainsFunc(s.GetLabel(), keep) {
+				g.Metric = append(g.Metric, s)
+			}
+		}
+		out[name] = g
+	}
+	return out
+}
+
+// cpuProfile takes the manager's CPU profile over d.
+func cpuProfile(b *testing.B, d time.Duration) []byte {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(d.Seconds())+1))
+	if err != nil {
+		b.Logf("CPU profile: %v", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Logf("CPU profile: %v (HTTP %d)", err, resp.StatusCode)
+		return nil
+	}
+	return data
 }
 
 // histogramDelta prints, per label set, how many observations of a histogram fell into each bucket

@@ -29,6 +29,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -116,6 +117,9 @@ type Harness struct {
 	// NewClient, when set, builds the next manager's client (controller-runtime's NewClient option),
 	// e.g. the default client wrapped with controller-runtime's interceptor to inject a fault or a crash.
 	NewClient client.NewClientFunc
+	// NewCache, when set, builds the next manager's cache (controller-runtime's NewCache option),
+	// e.g. one whose informers hold back some watch events.
+	NewCache cache.NewCacheFunc
 
 	providerOpts reference.Options
 	clientOpts   provider.Options
@@ -257,6 +261,9 @@ func (h *Harness) Start() {
 	h.T.Helper()
 	mo := controllers.ManagerOptions(h.Opts)
 	mo.NewClient = h.NewClient
+	if h.NewCache != nil {
+		mo.NewCache = h.NewCache
+	}
 	mo.Controller.SkipNameValidation = ptr.To(true) // several managers in one test process
 	mgr, err := ctrl.NewManager(h.Env.Config, mo)
 	h.G.Expect(err).NotTo(HaveOccurred())
@@ -288,10 +295,10 @@ func (h *Harness) StopManager() {
 }
 
 // Restart stops the manager and starts a new one with the same options, minus any wrapper of its
-// client (a test's crash or fault).
+// client or cache (a test's crash or fault).
 func (h *Harness) Restart() {
 	h.StopManager()
-	h.NewClient = nil
+	h.NewClient, h.NewCache = nil, nil
 	h.Start()
 }
 

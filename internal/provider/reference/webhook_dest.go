@@ -116,8 +116,10 @@ func (s *Server) newWebhookClient() *http.Client {
 			TLSClientConfig:       &tls.Config{RootCAs: s.opts.WebhookRootCAs, MinVersion: tls.VersionTLS12},
 			TLSHandshakeTimeout:   s.opts.WebhookTimeout,
 			ResponseHeaderTimeout: s.opts.WebhookTimeout,
-			MaxIdleConnsPerHost:   2,
-			IdleConnTimeout:       90 * time.Second,
+			// As many kept as may be in flight to one receiver: a burst of notifications reuses
+			// connections instead of opening (and handshaking) new ones.
+			MaxIdleConnsPerHost: maxWebhookHostConcurrency,
+			IdleConnTimeout:     90 * time.Second,
 		},
 		Timeout: s.opts.WebhookTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
