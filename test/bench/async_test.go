@@ -105,6 +105,17 @@ func configureControlPlane(e *envtest.Environment) {
 		e.ControlPlane.Etcd = &envtest.Etcd{}
 	}
 	e.ControlPlane.Etcd.Configure().Set("quota-backend-bytes", fmt.Sprint(int64(8)<<30))
+	if *apiserverLog != "" {
+		f, err := os.Create(*apiserverLog)
+		if err != nil {
+			panic(err)
+		}
+		if e.ControlPlane.APIServer == nil {
+			e.ControlPlane.APIServer = &envtest.APIServer{}
+		}
+		e.ControlPlane.APIServer.Out, e.ControlPlane.APIServer.Err = f, f
+		e.ControlPlane.APIServer.Configure().Set("v", "2")
+	}
 }
 
 // controlPlaneRSS reads the resident memory (VmRSS) of envtest's kube-apiserver and etcd: the

@@ -42,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -56,15 +57,16 @@ import (
 )
 
 var (
-	sizesFlag   = flag.String("bench.sizes", "100,1000,10000,async:100000", "numbers of pending ToolCalls, for every mode, or for one mode alone when written mode:N")
-	modesFlag   = flag.String("bench.modes", "longpoll,requeue,async", "designs to measure: longpoll (Toolgate, synchronous), requeue (the baseline) and async (Toolgate with AAP webhooks); the throughput run takes longpoll and requeue")
-	window      = flag.Duration("bench.window", time.Minute, "steady-state window over which provider requests and writes are counted")
-	decisions   = flag.Int("bench.decisions", 1000, "approvals whose decision-to-Job latency is measured (at most N), arriving at 20 a second on average")
-	throughputN = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
-	workers     = flag.Int("bench.workers", 32, "manager reconcile workers (--max-concurrent-reconciles)")
-	useTLS      = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
-	pprofDir    = flag.String("bench.pprof", "", "directory to save the manager heap profile in at the end of each steady window")
-	writeDoc    = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
+	sizesFlag    = flag.String("bench.sizes", "100,1000,10000,async:100000", "numbers of pending ToolCalls, for every mode, or for one mode alone when written mode:N")
+	modesFlag    = flag.String("bench.modes", "longpoll,requeue,async", "designs to measure: longpoll (Toolgate, synchronous), requeue (the baseline) and async (Toolgate with AAP webhooks); the throughput run takes longpoll and requeue")
+	window       = flag.Duration("bench.window", time.Minute, "steady-state window over which provider requests and writes are counted")
+	decisions    = flag.Int("bench.decisions", 1000, "approvals whose decision-to-Job latency is measured (at most N), arriving at 20 a second on average")
+	throughputN  = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
+	workers      = flag.Int("bench.workers", 32, "manager reconcile workers (--max-concurrent-reconciles)")
+	useTLS       = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
+	pprofDir     = flag.String("bench.pprof", "", "directory to save the manager heap profile in at the end of each steady window")
+	writeDoc     = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
+	apiserverLog = flag.String("bench.apiserver-log", "", "file to write envtest's kube-apiserver log to (at -v=2)")
 )
 
 var (
@@ -582,9 +584,14 @@ func watchJobs(b *testing.B, h *th.Harness) *seen {
 	return s
 }
 
-// follow hands every event of a watch on list in namespace ns to each until the benchmark ends. The
-// first watch is open when it returns; a watch the apiserver ends is opened again, and starts again
-// with every object there is, so each must accept an object it has seen before.
+// follow hands every event of list's objects in namespace ns to each until the benchmark ends: an
+// Added event for every object there is, then the changes. It runs a client-go informer, whose
+// watch resumes from the last resource version it saw when the apiserver ends it (as it does a
+// watcher that falls behind), and which lists again, when it must, with a watch-list request the
+// apiserver serves from its watch cache: a LIST of every ToolCall (100,000 at the largest size)
+// would be read from etcd, and would load the apiserver and etcd for most of the decisions
+// measured. The store keeps each object's metadata and status only. each must accept an object it
+// has seen before.
 func follow(b *testing.B, list client.ObjectList, ns string, each func(watch.Event)) error {
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllers.Scheme()})
 	if err != nil {
@@ -592,23 +599,60 @@ func follow(b *testing.B, list client.ObjectList, ns string, each func(watch.Eve
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
-	if err != nil {
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (kruntime.Object, error) {
+			l := list.DeepCopyObject().(client.ObjectList)
+			return l, wc.List(ctx, l, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return wc.Watch(ctx, list.DeepCopyObject().(client.ObjectList), client.InNamespace(ns), &client.ListOptions{Raw: &o})
+		},
+	}
+	var item kruntime.Object
+	switch list.(type) {
+	case *tg.ToolCallList:
+		item = &tg.ToolCall{}
+	case *batchv1.JobList:
+		item = &batchv1.Job{}
+	default:
+		return fmt.Errorf("follow: no item type for %T", list)
+	}
+	inf := toolscache.NewSharedIndexInformer(lw, item, 0, toolscache.Indexers{})
+	if err := inf.SetTransform(func(o any) (any, error) {
+		switch o := o.(type) {
+		case *tg.ToolCall:
+			return &tg.ToolCall{ObjectMeta: slim(o.ObjectMeta), Status: o.Status}, nil
+		case *batchv1.Job:
+			return &batchv1.Job{ObjectMeta: slim(o.ObjectMeta), Status: o.Status}, nil
+		}
+		return o, nil
+	}); err != nil {
 		return err
 	}
-	go wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if w == nil {
-			if w, err = wc.Watch(ctx, list, client.InNamespace(ns)); err != nil {
-				w = nil
-				return
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { each(watch.Event{Type: watch.Added, Object: o.(kruntime.Object)}) },
+		UpdateFunc: func(_, o any) { each(watch.Event{Type: watch.Modified, Object: o.(kruntime.Object)}) },
+		DeleteFunc: func(o any) {
+			if gone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = gone.Obj
 			}
-		}
-		for ev := range w.ResultChan() {
-			each(ev)
-		}
-		w = nil
-	}, 100*time.Millisecond)
+			if o, ok := o.(kruntime.Object); ok {
+				each(watch.Event{Type: watch.Deleted, Object: o})
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("follow: the informer of %T did not sync", list)
+	}
 	return nil
+}
+
+// slim is the metadata follow's callers read.
+func slim(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels}
 }
 
 // approver approves each request as soon as its ToolCall is AwaitingApproval, as a person watching
