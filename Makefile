@@ -74,7 +74,7 @@ test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, inc
 
 # PROFILE_INDEPENDENT are the controller tests that bring a provider of their own (expiring
 # credentials, asynchronous mode) and never use the harness's: the seed pass would run them unchanged.
-PROFILE_INDEPENDENT = ^Test(ExpiringCredential|ReplacedInstance|Asynchronous|Receiver|LostNotification|RemovingDelivery|NotificationBefore|Rotation|DeliveryUpdate|DeletedProviderStill)
+PROFILE_INDEPENDENT = ^Test(ExpiringCredential|ReplacedInstance|Asynchronous|Receiver|LostNotification|RemovingDelivery|NotificationBefore|Rotation|DeliveryUpdate|DeletedProviderStill|NotifiedCall)
 
 .PHONY: bench
 bench: ## Run the benchmarks and write the results into docs/performance.md: long polls (synchronous) and the requeue-polling baseline at 100 to 10,000 pending, asynchronous mode (AAP webhooks) at 100 to 100,000, the end-to-end throughput run, the waiter alone. About 50 minutes on 2 cores, 24 of them the 100,000 run, and about 8 GiB of free memory (at 100,000 pending the apiserver held 5.6 GiB and etcd 1.0 GiB). BENCH_FLAGS='-bench.sizes=100,1000,10000' leaves out the 100,000 run.
