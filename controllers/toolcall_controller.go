@@ -43,7 +43,7 @@ type ToolCallReconciler struct {
 	Waiter      *Waiter
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
-	// notified carries the calls the receiver verified a notification for (wake).
+	// notified carries the calls whose notification the receiver recorded (wake).
 	notified chan event.TypedGenericEvent[*tg.ToolCall]
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
@@ -234,9 +234,7 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
 	}
-	if r.notified == nil {
-		r.notified = make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
-	}
+	r.notified = make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
 		Watches(&tg.ToolCall{}, r.recordGone()).

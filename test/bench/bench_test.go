@@ -9,6 +9,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
 	"flag"
@@ -41,7 +42,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,7 +64,7 @@ var (
 	throughputN  = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
 	workers      = flag.Int("bench.workers", 32, "manager reconcile workers (--max-concurrent-reconciles)")
 	useTLS       = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
-	pprofDir     = flag.String("bench.pprof", "", "directory to save the manager heap profile in at the end of each steady window")
+	pprofDir     = flag.String("bench.pprof", "", "directory to save profiles in: the manager's heap at the end of each steady window and its CPU over the decisions, and in the throughput run the manager's and the apiserver's CPU")
 	writeDoc     = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
 	apiserverLog = flag.String("bench.apiserver-log", "", "file to write envtest's kube-apiserver log to (at -v=2)")
 )
@@ -223,7 +223,7 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 	var cpu chan []byte
 	if *pprofDir != "" {
 		cpu = make(chan []byte, 1)
-		go func() { cpu <- cpuProfile(b, spread) }()
+		go func() { cpu <- cpuProfile(b, spread+time.Second) }()
 	}
 	start := time.Now()
 	for _, i := range rand.Perm(n)[:d] {
@@ -310,10 +310,7 @@ func throughput(b *testing.B, mode string, n int) string {
 
 	if *pprofDir != "" {
 		go func() { // the manager's CPU profile while it carries the load
-			resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=20")
-			if err == nil {
-				data, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+			if data := cpuProfile(b, 20*time.Second); data != nil {
 				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-"+mode+".pb.gz"), data, 0o644)
 			}
 		}()
@@ -513,16 +510,21 @@ func (s *seen) first(uid string, t time.Time) bool {
 	return true
 }
 
-// until returns, sorted, the time from each ToolCall's time in s to its time in later, for those in both.
-func (s *seen) until(later *seen) []time.Duration {
+// both calls f with each ToolCall's time in s and in later, for those in both.
+func (s *seen) both(later *seen, f func(uid string, t0, t1 time.Time)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var d []time.Duration
 	for uid, t0 := range s.at {
 		if t1, ok := later.get(uid); ok {
-			d = append(d, t1.Sub(t0))
+			f(uid, t0, t1)
 		}
 	}
+}
+
+// until returns, sorted, the time from each ToolCall's time in s to its time in later, for those in both.
+func (s *seen) until(later *seen) []time.Duration {
+	var d []time.Duration
+	s.both(later, func(_ string, t0, t1 time.Time) { d = append(d, t1.Sub(t0)) })
 	slices.Sort(d)
 	return d
 }
@@ -544,17 +546,13 @@ func (s *seen) slowest(later, mid *seen, start time.Time, n int) string {
 		d, at, mid time.Duration
 	}
 	var all []pair
-	s.mu.Lock()
-	for uid, t0 := range s.at {
-		if t1, ok := later.get(uid); ok {
-			p := pair{d: t1.Sub(t0), at: t0.Sub(start), mid: -1}
-			if tm, ok := mid.get(uid); ok {
-				p.mid = tm.Sub(t0)
-			}
-			all = append(all, p)
+	s.both(later, func(uid string, t0, t1 time.Time) {
+		p := pair{d: t1.Sub(t0), at: t0.Sub(start), mid: -1}
+		if tm, ok := mid.get(uid); ok {
+			p.mid = tm.Sub(t0)
 		}
-	}
-	s.mu.Unlock()
+		all = append(all, p)
+	})
 	slices.SortFunc(all, func(a, b pair) int { return int(b.d - a.d) })
 	var out []string
 	for _, p := range all[:min(n, len(all))] {
@@ -817,13 +815,18 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 
 // scrapeAPIServer reads the apiserver's metrics, or nil.
 func scrapeAPIServer(b *testing.B) metricsSnapshot {
-	data, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		b.Logf("apiserver metrics: %v", err)
+		return nil
+	}
+	data, err := dc.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Logf("apiserver metrics: %v", err)
 		return nil
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	m, err := parser.TextToMetricFamilies(strings.NewReader(string(data)))
+	m, err := parser.TextToMetricFamilies(bytes.NewReader(data))
 	if err != nil {
 		b.Logf("apiserver metrics: %v", err)
 		return nil
@@ -857,7 +860,7 @@ func onDecisionPath(m metricsSnapshot) metricsSnapshot {
 
 // cpuProfile takes the manager's CPU profile over d.
 func cpuProfile(b *testing.B, d time.Duration) []byte {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(d.Seconds())+1))
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(d.Seconds())))
 	if err != nil {
 		b.Logf("CPU profile: %v", err)
 		return nil

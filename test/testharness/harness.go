@@ -215,14 +215,12 @@ func (h *Harness) WithdrawnStatus() string {
 	return provider.StatusCancelled
 }
 
-// Start runs a new manager with h.Opts, built as controllers.NewManager builds it, with h.NewClient.
+// Start runs a new manager with h.Opts, built as controllers.NewManager builds it, with h.NewClient
+// and h.NewCache.
 func (h *Harness) Start() {
 	h.T.Helper()
 	mo := controllers.ManagerOptions(h.Opts)
-	mo.NewClient = h.NewClient
-	if h.NewCache != nil {
-		mo.NewCache = h.NewCache
-	}
+	mo.NewClient, mo.NewCache = h.NewClient, h.NewCache
 	mo.Controller.SkipNameValidation = ptr.To(true) // several managers in one test process
 	mgr, err := ctrl.NewManager(h.Env.Config, mo)
 	h.G.Expect(err).NotTo(HaveOccurred())
