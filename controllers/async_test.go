@@ -170,7 +170,7 @@ func TestAsynchronousApprovalRunsWithoutPolling(t *testing.T) {
 	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
 }
 
-// The receiver queues the call whose notification it recorded: the manager reads the request at once,
+// The receiver queues the call whose notification it records: the manager reads the request at once,
 // without waiting for the watch to bring the recorded notification (here the watch never does).
 func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
 	var held atomic.Int64
@@ -187,6 +187,51 @@ func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
 	g.Expect(running.Status.Notification).NotTo(BeNil())
 	g.Expect(held.Load()).To(BeNumerically(">", 0), "the watch event that recorded the notification was held back")
 	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
+}
+
+// The receiver queues the call as it starts to write the notification's record: the request is read
+// and the Job created while that write is still in flight, and the provider gets its 2xx only once
+// the record is written.
+func TestNotifiedCallIsReadWhileItsRecordIsWritten(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Int64
+	holdRecord := func(h *th.Harness) {
+		h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, o)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification != nil {
+						held.Add(1)
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			}), nil
+		}
+	}
+	e := startAsync(t, holdRecord)
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(held.Load()).To(BeNumerically(">", 0), "the record's write is held")
+	g.Expect(running.Status.Notification).To(BeNil(), "the call ran before its notification was recorded")
+	g.Expect(e.team.Stats().Delivered).To(BeZero(), "no 2xx before the record is written")
+
+	close(release)
+	g.Eventually(func() int64 { return e.team.Stats().Delivered }).Should(BeEquivalentTo(1))
+	g.Expect(h.Get("refund").Status.Notification).NotTo(BeNil())
 }
 
 // withholdingNotifications builds the manager's cache so that its ToolCall informer never hands the

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -103,13 +104,14 @@ func (a *asyncReads) forget(uid types.UID) {
 // wake costs only time, as the watch of the recorded notification queues the call too.
 const notifiedBuffer = 1024
 
-// wake queues tc, a call whose notification the receiver just recorded, to read its request now,
-// without waiting for the watch to show the record (tc is the written object; the cache may still
-// hold the one before it).
+// wake queues tc, a call whose notification the receiver is recording, to read its request now,
+// without waiting for the watch to show the record. The event carries tc's key alone: the receiver
+// goes on writing tc.
 func (r *ToolCallReconciler) wake(tc *tg.ToolCall) {
 	r.asyncReads.retry(tc.UID)
+	key := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name, UID: tc.UID}}
 	select {
-	case r.notified <- event.TypedGenericEvent[*tg.ToolCall]{Object: tc}:
+	case r.notified <- event.TypedGenericEvent[*tg.ToolCall]{Object: key}:
 	default:
 	}
 }

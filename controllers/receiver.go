@@ -39,7 +39,7 @@ type Receiver struct {
 	Clock     clock.PassiveClock
 	Log       logr.Logger
 	providers *providers
-	// wake queues a call to read its request once its notification is recorded.
+	// wake queues a call to read its request, as its notification is recorded.
 	wake func(*tg.ToolCall)
 	// secrets are the signing secrets that verified a message, by Secret (signingSecrets).
 	secrets signingSecrets
@@ -182,6 +182,9 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	case tc.Status.Notification != nil && tc.Status.Notification.ID == m.ID:
 		return answer{status: http.StatusNoContent, outcome: "duplicate"}
 	}
+	// The read may start while the record is written: it changes nothing a crash could lose, and the
+	// 2xx still waits for the record.
+	rc.wake(tc)
 	base := tc.DeepCopy()
 	tc.Status.Notification = &tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
 	if err := rc.Client.Status().Patch(ctx, tc, client.MergeFrom(base)); err != nil {
@@ -190,7 +193,6 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 		}
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: fmt.Errorf("recording the notification on ToolCall %s/%s: %w", tc.Namespace, tc.Name, err)}
 	}
-	rc.wake(tc)
 	return answer{status: http.StatusNoContent, outcome: "accepted"}
 }
 

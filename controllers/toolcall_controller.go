@@ -43,7 +43,7 @@ type ToolCallReconciler struct {
 	Waiter      *Waiter
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
-	// notified carries the calls whose notification the receiver recorded (wake).
+	// notified carries the calls whose notification the receiver is recording (wake).
 	notified chan event.TypedGenericEvent[*tg.ToolCall]
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
@@ -246,8 +246,8 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
-		// A notification the receiver recorded is a decision to read: it is queued as the waiter's
-		// are, at once (wake), and again when the watch shows it recorded.
+		// A notification the receiver records is a decision to read: it is queued as the waiter's
+		// are, at once (wake, as the record is written), and again when the watch shows it recorded.
 		WatchesRawSource(source.Channel(r.notified, enqueueFirst())).
 		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
