@@ -195,28 +195,13 @@ func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
 func TestNotifiedCallIsReadWhileItsRecordIsWritten(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Int64
-	holdRecord := func(h *th.Harness) {
-		h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(cfg, o)
-			if err != nil {
-				return nil, err
-			}
-			return interceptor.NewClient(c, interceptor.Funcs{
-				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-					if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification != nil {
-						held.Add(1)
-						select {
-						case <-release:
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
-					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-				},
-			}), nil
+	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool {
+		if tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification != nil {
+			held.Add(1)
+			return true
 		}
-	}
-	e := startAsync(t, holdRecord)
+		return false
+	}, release))
 	h, g := e.h, e.h.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
@@ -473,23 +458,9 @@ func touch(h *th.Harness, name string) {
 func TestNotificationBeforeTheStatusWriteIsKept(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Bool
-	holdFirstAwaiting := func(h *th.Harness) {
-		h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(cfg, o)
-			if err != nil {
-				return nil, err
-			}
-			return interceptor.NewClient(c, interceptor.Funcs{
-				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-					if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification == nil && held.CompareAndSwap(false, true) {
-						<-release
-					}
-					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-				},
-			}), nil
-		}
-	}
-	e := startAsync(t, holdFirstAwaiting)
+	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool {
+		return tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification == nil && held.CompareAndSwap(false, true)
+	}, release))
 	h, g := e.h, e.h.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	var pending []provider.Request
@@ -586,4 +557,29 @@ func TestRotationRegistersANewSecretAndTheReceiverAnswersOnlyWhatItExpects(t *te
 	g.Expect(err).NotTo(HaveOccurred())
 	h.WaitPhase("refund", tg.PhaseRunning)
 	g.Eventually(func() int64 { return e.team.Stats().Delivered }).Should(BeEquivalentTo(1), "the provider's notification, signed with the new secret, was acknowledged")
+}
+
+// holdStatusWrites builds the manager's client so that a status write of a ToolCall for which hold
+// says so waits until release is closed or the write's context ends.
+func holdStatusWrites(hold func(*tg.ToolCall) bool, release <-chan struct{}) th.Option {
+	return func(h *th.Harness) {
+		h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, o)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					if tc, ok := obj.(*tg.ToolCall); ok && hold(tc) {
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			}), nil
+		}
+	}
 }
