@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,16 +243,21 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 	}
 	wg.Wait()
 	lat := approved.waitUntil(g, jobsSeen, d)
-	if m1, err := scrape(p); err == nil {
+	m1, err := scrape(p)
+	if err == nil {
 		for _, name := range []string{"workqueue_queue_duration_seconds", "controller_runtime_reconcile_time_seconds"} {
 			b.Logf("%s during the decisions:%s", name, histogramDelta(m0, m1, name))
 		}
 	}
-	if a1 := scrapeAPIServer(b); a0 != nil && a1 != nil {
+	a1 := scrapeAPIServer(b)
+	if a0 != nil && a1 != nil {
 		for _, name := range []string{"apiserver_request_duration_seconds", "etcd_request_duration_seconds"} {
 			b.Logf("%s during the decisions (the decision path's resources):%s", name, histogramDelta(onDecisionPath(a0), onDecisionPath(a1), name))
 		}
 	}
+	b.Logf("during the decisions (%s): the manager %s, the apiserver %s", time.Since(start).Round(time.Second), m0.runtimeUse(m1), a0.runtimeUse(a1))
+	over := len(lat) - sort.Search(len(lat), func(i int) bool { return lat[i] > 50*time.Millisecond })
+	b.Logf("decision → Job p90/p95 %s / %s; %d of %d over 50 ms", ms(pct(lat, 90)), ms(pct(lat, 95)), over, len(lat))
 	b.Logf("slowest decisions (latency (to the notification on a watch) @ when decided): %s", approved.slowest(jobsSeen, notified, start, 10))
 	if mode == "async" {
 		st := h.Provider.Stats()
@@ -725,6 +731,24 @@ func (m metricsSnapshot) writes(resource string) float64 {
 		}
 	}
 	return total
+}
+
+// runtimeUse says how many garbage collections a Go process ran and how much CPU it used between
+// two scrapes of its metrics (m and later).
+func (m metricsSnapshot) runtimeUse(later metricsSnapshot) string {
+	first := func(s metricsSnapshot, name string) *dto.Metric {
+		if f, ok := s[name]; ok && len(f.GetMetric()) > 0 {
+			return f.GetMetric()[0]
+		}
+		return nil
+	}
+	gc0, gc1 := first(m, "go_gc_duration_seconds"), first(later, "go_gc_duration_seconds")
+	cpu0, cpu1 := first(m, "process_cpu_seconds_total"), first(later, "process_cpu_seconds_total")
+	if gc0 == nil || gc1 == nil || cpu0 == nil || cpu1 == nil {
+		return "(not measured)"
+	}
+	return fmt.Sprintf("%d garbage collections and %.1f s of CPU", gc1.GetSummary().GetSampleCount()-gc0.GetSummary().GetSampleCount(),
+		cpu1.GetCounter().GetValue()-cpu0.GetCounter().GetValue())
 }
 
 func (m metricsSnapshot) gauge(name string) float64 {
