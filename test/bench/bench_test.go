@@ -65,7 +65,7 @@ var (
 	throughputN  = flag.Int("bench.throughput", 1000, "ToolCalls in the end-to-end throughput run")
 	workers      = flag.Int("bench.workers", 32, "manager reconcile workers (--max-concurrent-reconciles)")
 	useTLS       = flag.Bool("bench.tls", true, "serve the provider over HTTPS with HTTP/2 (false: plain HTTP/1.1)")
-	pprofDir     = flag.String("bench.pprof", "", "directory to save profiles in: the manager's heap at the end of each steady window and its CPU over the decisions, and in the throughput run the manager's and the apiserver's CPU")
+	pprofDir     = flag.String("bench.pprof", "", "directory to save profiles in: the manager's heap at the end of each steady window and after the decisions, its CPU over the decisions, and in the throughput run the manager's and the apiserver's CPU")
 	writeDoc     = flag.String("bench.write", "", "file whose bench section is replaced with the results table")
 	apiserverLog = flag.String("bench.apiserver-log", "", "file to write envtest's kube-apiserver log to (at -v=2)")
 )
@@ -270,6 +270,9 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 		if data := <-cpu; data != nil {
 			g.Expect(os.WriteFile(filepath.Join(*pprofDir, fmt.Sprintf("cpu-%s-%d.pb.gz", mode, n)), data, 0o644)).To(Succeed())
 		}
+		// With the heap profile of the steady window as its base (pprof -base), what the manager
+		// allocated during the decisions.
+		heapProfile(b, filepath.Join(*pprofDir, fmt.Sprintf("heap-after-decisions-%s-%d.pb.gz", mode, n)))
 	}
 
 	row := fmt.Sprintf("| %s | %d | %s | %s | %.2f | %.0f | %.0f | %.1f | %.1f | %s |",
@@ -813,6 +816,20 @@ var pprofAddr string
 // liveBytes forces a garbage collection in the manager (through pprof), optionally saving the heap
 // profile, then reads its live heap and goroutine stacks.
 func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
+	heapProfile(b, profile)
+	m, err := scrape(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("manager after GC: heap in use %.1f MiB (objects %.1f MiB), stacks %.1f MiB, goroutines %.0f",
+		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_heap_alloc_bytes")/(1<<20),
+		m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
+	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
+}
+
+// heapProfile forces a garbage collection in the manager and saves its heap profile to path, unless
+// path is empty (the collection happens all the same).
+func heapProfile(b *testing.B, path string) {
 	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		b.Fatal(err)
@@ -822,19 +839,11 @@ func liveBytes(b *testing.B, p *th.Process, profile string) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if profile != "" {
-		if err := os.WriteFile(profile, data, 0o644); err != nil {
+	if path != "" {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
-	m, err := scrape(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("manager after GC: heap in use %.1f MiB (objects %.1f MiB), stacks %.1f MiB, goroutines %.0f",
-		m.gauge("go_memstats_heap_inuse_bytes")/(1<<20), m.gauge("go_memstats_heap_alloc_bytes")/(1<<20),
-		m.gauge("go_memstats_stack_inuse_bytes")/(1<<20), m.gauge("go_goroutines"))
-	return m.gauge("go_memstats_heap_inuse_bytes") + m.gauge("go_memstats_stack_inuse_bytes")
 }
 
 // scrapeAPIServer reads the apiserver's metrics, or nil.
