@@ -255,7 +255,8 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 			b.Logf("%s during the decisions (the decision path's resources):%s", name, histogramDelta(onDecisionPath(a0), onDecisionPath(a1), name))
 		}
 	}
-	b.Logf("during the decisions (%s): the manager %s, the apiserver %s", time.Since(start).Round(time.Second), m0.runtimeUse(m1), a0.runtimeUse(a1))
+	b.Logf("during the decisions (%s): the manager %s and %.0f failed reconciles, the apiserver %s", time.Since(start).Round(time.Second),
+		m0.runtimeUse(m1), m1.counter("controller_runtime_reconcile_errors_total")-m0.counter("controller_runtime_reconcile_errors_total"), a0.runtimeUse(a1))
 	over := len(lat) - sort.Search(len(lat), func(i int) bool { return lat[i] > 50*time.Millisecond })
 	b.Logf("decision → Job p90/p95 %s / %s; %d of %d over 50 ms", ms(pct(lat, 90)), ms(pct(lat, 95)), over, len(lat))
 	b.Logf("slowest decisions (latency (to the notification on a watch) @ when decided): %s", approved.slowest(jobsSeen, notified, start, 10))
@@ -752,6 +753,17 @@ func (m metricsSnapshot) runtimeUse(later metricsSnapshot) string {
 	}
 	return fmt.Sprintf("%d garbage collections and %.1f s of CPU", gc1.GetSummary().GetSampleCount()-gc0.GetSummary().GetSampleCount(),
 		cpu1.GetCounter().GetValue()-cpu0.GetCounter().GetValue())
+}
+
+// counter sums the series of a counter.
+func (m metricsSnapshot) counter(name string) float64 {
+	total := 0.0
+	if f, ok := m[name]; ok {
+		for _, s := range f.GetMetric() {
+			total += s.GetCounter().GetValue()
+		}
+	}
+	return total
 }
 
 func (m metricsSnapshot) gauge(name string) float64 {
