@@ -11,11 +11,13 @@ import (
 	. "github.com/onsi/gomega"
 
 	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
@@ -191,4 +193,52 @@ func TestRequestOfAToolCallGoneAtAcceptanceIsWithdrawn(t *testing.T) {
 		g.Expect(all[0].Status).To(Equal(provider.StatusCancelled))
 	}).Should(Succeed())
 	g.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// A write that lands between a call's status write and the removal of its finalizer (in asynchronous
+// mode, the receiver recording a notification while the call starts) makes the removal conflict. The
+// reconcile that write brings removes the finalizer, and no reconcile is counted as failed.
+func TestFinalizerRemovalAfterAConcurrentWriteIsNotAFailure(t *testing.T) {
+	h := th.New(t, env, th.WithoutManager())
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	var touched atomic.Int64
+	h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		live, err := client.New(cfg, client.Options{Scheme: o.Scheme, Mapper: o.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.Phase == tg.PhaseRunning && !controllerutil.ContainsFinalizer(tc, tg.Finalizer) && touched.Load() == 0 {
+					// Another writer changes the ToolCall first.
+					other := &tg.ToolCall{}
+					if err := live.Get(ctx, client.ObjectKeyFromObject(tc), other); err != nil {
+						return err
+					}
+					metav1.SetMetaDataAnnotation(&other.ObjectMeta, "example.com/touched", "yes")
+					if err := live.Update(ctx, other); err != nil {
+						return err
+					}
+					touched.Add(1)
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+		}), nil
+	}
+	h.Start()
+	failed := th.MetricValue("controller_runtime_reconcile_errors_total", map[string]string{"controller": "toolcall"})
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.Approve(h.PendingRequest("refund").ID, 5*time.Minute)
+	g.Eventually(func(g Gomega) {
+		tc := h.Get("refund")
+		g.Expect(tc.Status.Phase).To(Equal(tg.PhaseRunning))
+		g.Expect(tc.Finalizers).To(BeEmpty())
+	}).Should(Succeed())
+	g.Expect(touched.Load()).To(BeEquivalentTo(1), "a write landed before the finalizer's removal")
+	g.Expect(th.MetricValue("controller_runtime_reconcile_errors_total", map[string]string{"controller": "toolcall"})).To(Equal(failed))
 }

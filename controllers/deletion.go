@@ -89,7 +89,13 @@ func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCal
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, tg.Finalizer)
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err):
+			// Written since it was read (in asynchronous mode, the receiver recording a notification
+			// while the call started): that write's watch event reconciles the call again, and the
+			// removal is tried on what it wrote.
 			return nil
 		}
 		return fmt.Errorf("removing the finalizer: %w", err)
