@@ -145,18 +145,10 @@ func TestRequestOfAToolCallGoneAtAcceptanceIsWithdrawn(t *testing.T) {
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	var removed atomic.Bool
-	h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-		c, err := client.NewWithWatch(cfg, o)
-		if err != nil {
-			return nil, err
-		}
-		// The removal reads and writes the ToolCall around the cache: the cache may not have seen
-		// the acceptance's patch of this very reconcile yet.
-		live, err := client.New(cfg, client.Options{Scheme: o.Scheme, Mapper: o.Mapper})
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(c, interceptor.Funcs{
+	// The removal reads and writes the ToolCall around the cache: the cache may not have seen the
+	// acceptance's patch of this very reconcile yet.
+	interceptWithLive(h, func(live client.Client) interceptor.Funcs {
+		return interceptor.Funcs{
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.RequestID != "" && !removed.Load() {
 					key := client.ObjectKeyFromObject(tc)
@@ -177,8 +169,8 @@ func TestRequestOfAToolCallGoneAtAcceptanceIsWithdrawn(t *testing.T) {
 				}
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
-		}), nil
-	}
+		}
+	})
 	h.Start()
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	// The flag is set just after the removal returns, so the test may see the ToolCall gone first.
@@ -203,16 +195,8 @@ func TestFinalizerRemovalAfterAConcurrentWriteIsNotAFailure(t *testing.T) {
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	var touched atomic.Int64
-	h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-		c, err := client.NewWithWatch(cfg, o)
-		if err != nil {
-			return nil, err
-		}
-		live, err := client.New(cfg, client.Options{Scheme: o.Scheme, Mapper: o.Mapper})
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(c, interceptor.Funcs{
+	interceptWithLive(h, func(live client.Client) interceptor.Funcs {
+		return interceptor.Funcs{
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				if tc, ok := obj.(*tg.ToolCall); ok && tc.Status.Phase == tg.PhaseRunning && !controllerutil.ContainsFinalizer(tc, tg.Finalizer) && touched.Load() == 0 {
 					// Another writer changes the ToolCall first.
@@ -228,8 +212,8 @@ func TestFinalizerRemovalAfterAConcurrentWriteIsNotAFailure(t *testing.T) {
 				}
 				return c.Patch(ctx, obj, patch, opts...)
 			},
-		}), nil
-	}
+		}
+	})
 	h.Start()
 	failed := th.MetricValue("controller_runtime_reconcile_errors_total", map[string]string{"controller": "toolcall"})
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
@@ -241,4 +225,20 @@ func TestFinalizerRemovalAfterAConcurrentWriteIsNotAFailure(t *testing.T) {
 	}).Should(Succeed())
 	g.Expect(touched.Load()).To(BeEquivalentTo(1), "a write landed before the finalizer's removal")
 	g.Expect(th.MetricValue("controller_runtime_reconcile_errors_total", map[string]string{"controller": "toolcall"})).To(Equal(failed))
+}
+
+// interceptWithLive builds the next manager's client wrapped with the interceptor functions fns
+// returns for live, a client that reads and writes around the manager's cache.
+func interceptWithLive(h *th.Harness, fns func(live client.Client) interceptor.Funcs) {
+	h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		live, err := client.New(cfg, client.Options{Scheme: o.Scheme, Mapper: o.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, fns(live)), nil
+	}
 }
