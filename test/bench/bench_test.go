@@ -740,14 +740,8 @@ func (m metricsSnapshot) writes(resource string) float64 {
 // runtimeUse says how many garbage collections a Go process ran and how much CPU it used between
 // two scrapes of its metrics (m and later).
 func (m metricsSnapshot) runtimeUse(later metricsSnapshot) string {
-	first := func(s metricsSnapshot, name string) *dto.Metric {
-		if f, ok := s[name]; ok && len(f.GetMetric()) > 0 {
-			return f.GetMetric()[0]
-		}
-		return nil
-	}
-	gc0, gc1 := first(m, "go_gc_duration_seconds"), first(later, "go_gc_duration_seconds")
-	cpu0, cpu1 := first(m, "process_cpu_seconds_total"), first(later, "process_cpu_seconds_total")
+	gc0, gc1 := m.first("go_gc_duration_seconds"), later.first("go_gc_duration_seconds")
+	cpu0, cpu1 := m.first("process_cpu_seconds_total"), later.first("process_cpu_seconds_total")
 	if gc0 == nil || gc1 == nil || cpu0 == nil || cpu1 == nil {
 		return "(not measured)"
 	}
@@ -766,13 +760,15 @@ func (m metricsSnapshot) counter(name string) float64 {
 	return total
 }
 
-func (m metricsSnapshot) gauge(name string) float64 {
-	f, ok := m[name]
-	if !ok || len(f.GetMetric()) == 0 {
-		return 0
+// first is the first series of a metric, or nil.
+func (m metricsSnapshot) first(name string) *dto.Metric {
+	if f, ok := m[name]; ok && len(f.GetMetric()) > 0 {
+		return f.GetMetric()[0]
 	}
-	return f.GetMetric()[0].GetGauge().GetValue()
+	return nil
 }
+
+func (m metricsSnapshot) gauge(name string) float64 { return m.first(name).GetGauge().GetValue() }
 
 func pct(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
