@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -86,9 +85,12 @@ func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCal
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
 		return nil
 	}
-	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, tg.Finalizer)
-	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	patch, err := finalizersPatch(tc)
+	if err != nil {
+		return err
+	}
+	if err := r.Patch(ctx, tc, patch); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil

@@ -159,6 +159,7 @@ func ManagerOptions(o Options) ctrl.Options {
 		// The command exits as soon as the manager stops, so the Lease is released for the next
 		// replica instead of left to expire.
 		LeaderElectionReleaseOnCancel: true,
+		MapperProvider:                newRESTMapper,
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: ours},

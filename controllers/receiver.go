@@ -185,9 +185,9 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	// The read may start while the record is written: it changes nothing a crash could lose, and the
 	// 2xx still waits for the record.
 	rc.wake(tc)
-	base := tc.DeepCopy()
+	patch := statusMergeFrom(*tc.Status.DeepCopy())
 	tc.Status.Notification = &tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
-	if err := rc.Client.Status().Patch(ctx, tc, client.MergeFrom(base)); err != nil {
+	if err := rc.Client.Status().Patch(ctx, tc, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return answer{status: http.StatusNoContent, outcome: "discarded"}
 		}

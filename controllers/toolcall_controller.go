@@ -167,9 +167,7 @@ func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolC
 	if equality.Semantic.DeepEqual(orig.Status, tc.Status) {
 		return nil
 	}
-	base := tc.DeepCopy()
-	base.Status = orig.Status
-	if err := r.Status().Patch(ctx, tc, client.MergeFrom(base)); err != nil {
+	if err := r.Status().Patch(ctx, tc, statusMergeFrom(orig.Status)); err != nil {
 		return fmt.Errorf("writing the status (phase %s): %w", tc.Status.Phase, err)
 	}
 	return nil
