@@ -31,6 +31,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -43,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -216,15 +218,16 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 	// Decisions at random times, 20 a second on average; latency from the approval to the Job being seen.
 	m0, err := scrape(p)
 	g.Expect(err).NotTo(HaveOccurred())
-	a0 := scrapeAPIServer(b)
+	a0, e0, self0 := scrapeAPIServer(b), scrapeEtcd(b), scrapeSelf(b)
 	d := min(*decisions, n)
 	approved := newSeen()
 	var wg sync.WaitGroup
 	spread := time.Duration(d) * time.Second / 20
-	var cpu chan []byte
+	var cpu, apiserverCPU chan []byte
 	if *pprofDir != "" {
-		cpu = make(chan []byte, 1)
+		cpu, apiserverCPU = make(chan []byte, 1), make(chan []byte, 1)
 		go func() { cpu <- cpuProfile(b, spread+time.Second) }()
+		go func() { apiserverCPU <- apiserverCPUProfile(context.Background(), b, spread+time.Second) }()
 	}
 	start := time.Now()
 	for _, i := range rand.Perm(n)[:d] {
@@ -255,8 +258,10 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 			b.Logf("%s during the decisions (the decision path's resources):%s", name, histogramDelta(onDecisionPath(a0), onDecisionPath(a1), name))
 		}
 	}
-	b.Logf("during the decisions (%s): the manager %s and %.0f failed reconciles, the apiserver %s", time.Since(start).Round(time.Second),
-		m0.runtimeUse(m1), m1.counter("controller_runtime_reconcile_errors_total")-m0.counter("controller_runtime_reconcile_errors_total"), a0.runtimeUse(a1))
+	b.Logf("during the decisions (%s): the manager %s and %.0f failed reconciles, the apiserver %s, etcd %s, this benchmark (the provider and the watches) %s",
+		time.Since(start).Round(time.Second), m0.runtimeUse(m1),
+		m1.counter("controller_runtime_reconcile_errors_total")-m0.counter("controller_runtime_reconcile_errors_total"),
+		a0.runtimeUse(a1), e0.runtimeUse(scrapeEtcd(b)), self0.runtimeUse(scrapeSelf(b)))
 	over := len(lat) - sort.Search(len(lat), func(i int) bool { return lat[i] > 50*time.Millisecond })
 	b.Logf("decision → Job p90/p95 %s / %s; %d of %d over 50 ms", ms(pct(lat, 90)), ms(pct(lat, 95)), over, len(lat))
 	b.Logf("slowest decisions (latency (to the notification on a watch) @ when decided): %s", approved.slowest(jobsSeen, notified, start, 10))
@@ -270,6 +275,9 @@ func pending(b *testing.B, mode string, n int, last bool) string {
 	if cpu != nil {
 		if data := <-cpu; data != nil {
 			g.Expect(os.WriteFile(filepath.Join(*pprofDir, fmt.Sprintf("cpu-%s-%d.pb.gz", mode, n)), data, 0o644)).To(Succeed())
+		}
+		if data := <-apiserverCPU; data != nil {
+			g.Expect(os.WriteFile(filepath.Join(*pprofDir, fmt.Sprintf("cpu-apiserver-%s-%d.pb.gz", mode, n)), data, 0o644)).To(Succeed())
 		}
 		// With the heap profile of the steady window as its base (pprof -base), what the manager
 		// allocated during the decisions.
@@ -325,16 +333,8 @@ func throughput(b *testing.B, mode string, n int) string {
 			}
 		}()
 		go func() { // and the apiserver's
-			dc, err := discovery.NewDiscoveryClientForConfig(h.Env.Config)
-			if err != nil {
-				b.Logf("apiserver profile: %v", err)
-				return
-			}
-			data, err := dc.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "20").DoRaw(ctx)
-			if err == nil {
+			if data := apiserverCPUProfile(ctx, b, 20*time.Second); data != nil {
 				_ = os.WriteFile(filepath.Join(*pprofDir, "cpu-apiserver-"+mode+".pb.gz"), data, 0o644)
-			} else {
-				b.Logf("apiserver profile: %v", err)
 			}
 		}()
 	}
@@ -875,6 +875,38 @@ func scrapeAPIServer(b *testing.B) metricsSnapshot {
 	return m
 }
 
+// scrapeEtcd reads etcd's metrics (served on its client URL), or nil.
+func scrapeEtcd(b *testing.B) metricsSnapshot {
+	resp, err := http.Get(env.Env.ControlPlane.Etcd.URL.String() + "/metrics")
+	if err != nil {
+		b.Logf("etcd metrics: %v", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	m, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Logf("etcd metrics: %v", err)
+		return nil
+	}
+	return m
+}
+
+// scrapeSelf reads this process's own metrics (its provider, its informers and the decisions it
+// makes share the machine with the manager), or nil.
+func scrapeSelf(b *testing.B) metricsSnapshot {
+	fams, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		b.Logf("the benchmark's metrics: %v", err)
+		return nil
+	}
+	m := metricsSnapshot{}
+	for _, f := range fams {
+		m[f.GetName()] = f
+	}
+	return m
+}
+
 // onDecisionPath keeps, of the apiserver's request and etcd histograms, the series of the resources
 // a decision goes through (ToolCalls, Tools, Secrets, Jobs) and drops the rest.
 func onDecisionPath(m metricsSnapshot) metricsSnapshot {
@@ -910,6 +942,23 @@ func cpuProfile(b *testing.B, d time.Duration) []byte {
 	data, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		b.Logf("CPU profile: %v (HTTP %d)", err, resp.StatusCode)
+		return nil
+	}
+	return data
+}
+
+// apiserverCPUProfile takes the apiserver's CPU profile over d.
+func apiserverCPUProfile(ctx context.Context, b *testing.B, d time.Duration) []byte {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Timeout = d + time.Minute
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		b.Logf("apiserver profile: %v", err)
+		return nil
+	}
+	data, err := dc.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).DoRaw(ctx)
+	if err != nil {
+		b.Logf("apiserver profile: %v", err)
 		return nil
 	}
 	return data
