@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	. "github.com/onsi/gomega"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -189,18 +190,20 @@ func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
 	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
 }
 
-// The receiver queues the call as it starts to write the notification's record: the request is read
-// and the Job created while that write is still in flight, and the provider gets its 2xx only once
-// the record is written.
-func TestNotifiedCallIsReadWhileItsRecordIsWritten(t *testing.T) {
+// The read a notification wakes records it in its own status write, with the decision: the call runs
+// with one ToolCall write, and the provider gets its 2xx only once that write landed.
+func TestNotificationIsRecordedWithTheDecision(t *testing.T) {
 	release := make(chan struct{})
-	var held atomic.Int64
+	var alone, held atomic.Int64
 	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool {
-		if tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification != nil {
-			held.Add(1)
-			return true
+		if tc.Status.Notification == nil {
+			return false
 		}
-		return false
+		if tc.Status.Phase == tg.PhaseAwaitingApproval {
+			alone.Add(1)
+		}
+		held.Add(1)
+		return true
 	}, release))
 	h, g := e.h, e.h.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
@@ -209,14 +212,40 @@ func TestNotifiedCallIsReadWhileItsRecordIsWritten(t *testing.T) {
 	exp := time.Now().Add(5 * time.Minute)
 	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
-	running := h.WaitPhase("refund", tg.PhaseRunning)
-	g.Expect(held.Load()).To(BeNumerically(">", 0), "the record's write is held")
-	g.Expect(running.Status.Notification).To(BeNil(), "the call ran before its notification was recorded")
-	g.Expect(e.team.Stats().Delivered).To(BeZero(), "no 2xx before the record is written")
+	g.Eventually(func() []batchv1.Job { return h.Jobs() }).Should(HaveLen(1), "the Job is created before the write that records the decision")
+	g.Eventually(held.Load).Should(BeEquivalentTo(1), "the write that records the decision and the notification is held")
+	g.Consistently(func() int64 { return e.team.Stats().Delivered }).WithTimeout(time.Second).Should(BeZero(), "no 2xx before the record is written")
 
 	close(release)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Notification).NotTo(BeNil())
 	g.Eventually(func() int64 { return e.team.Stats().Delivered }).Should(BeEquivalentTo(1))
-	g.Expect(h.Get("refund").Status.Notification).NotTo(BeNil())
+	g.Expect(alone.Load()).To(BeZero(), "no status write of the notification alone")
+}
+
+// When the read a notification woke does not record it within recordWait (here its status write
+// hangs; recordWait, 3 s), the receiver writes the record itself and answers the provider, which
+// does not retry.
+func TestReceiverRecordsTheNotificationWhenTheReadIsLate(t *testing.T) {
+	release := make(chan struct{})
+	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool { return tc.Status.Phase == tg.PhaseRunning }, release))
+	h, g := e.h, e.h.G
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() int64 { return e.team.Stats().Delivered }).WithTimeout(10*time.Second).Should(BeEquivalentTo(1), "acknowledged while the read's write hangs")
+	tc := h.Get("refund")
+	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "the read's write is still held")
+	g.Expect(tc.Status.Notification).NotTo(BeNil(), "the receiver recorded the notification")
+
+	close(release)
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Notification).To(HaveField("ID", tc.Status.Notification.ID))
+	g.Expect(h.Jobs()).To(HaveLen(1))
+	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
 }
 
 // withholdingNotifications builds the manager's cache so that its ToolCall informer never hands the

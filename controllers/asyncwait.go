@@ -101,18 +101,96 @@ func (a *asyncReads) forget(uid types.UID) {
 }
 
 // notifiedBuffer is how many woken calls wait for the work queue before wake drops one; a dropped
-// wake costs only time, as the watch of the recorded notification queues the call too.
+// wake costs only time, as the receiver then records the notification itself, and the watch of
+// that record queues the call.
 const notifiedBuffer = 1024
 
+// recordWait is how long the receiver leaves the record of a notification to the read it wakes. That
+// read's status write (the decision, or the request still pending) carries the record, so that a
+// decision costs one ToolCall write instead of two before its Job; past recordWait the receiver
+// writes the record itself. It stays well under the 10 s a provider gives one delivery attempt.
+const recordWait = 3 * time.Second
+
 // wake queues tc, a call whose notification the receiver is recording, to read its request now,
-// without waiting for the watch to show the record. The event carries tc's key alone: the receiver
-// goes on writing tc.
+// without waiting for the watch to show the record. The event carries tc's key alone.
 func (r *ToolCallReconciler) wake(tc *tg.ToolCall) {
 	r.asyncReads.retry(tc.UID)
 	key := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name, UID: tc.UID}}
 	select {
 	case r.notified <- event.TypedGenericEvent[*tg.ToolCall]{Object: key}:
 	default:
+	}
+}
+
+// handOver gives notification n of tc to the read it wakes, to be recorded in that reconcile's status
+// write. recorded is closed once that write landed; release withdraws n when the receiver stops
+// waiting. On a replica that is not the leader no reconcile runs here: recorded is nil, and the
+// receiver writes the record itself (whose watch event reaches the leader).
+func (r *ToolCallReconciler) handOver(tc *tg.ToolCall, n tg.Notification) (recorded <-chan struct{}, release func()) {
+	select {
+	case <-r.elected:
+	default:
+		r.wake(tc)
+		return nil, func() {}
+	}
+	h := r.handed.add(tc.UID, n)
+	r.wake(tc)
+	return h.done, func() { r.handed.remove(tc.UID, h) }
+}
+
+// handedNotes are the notifications the receiver handed to the reads they woke, by ToolCall.
+type handedNotes struct {
+	mu sync.Mutex
+	by map[types.UID]*handedNote
+}
+
+type handedNote struct {
+	n    tg.Notification
+	once sync.Once
+	done chan struct{}
+}
+
+func newHandedNotes() *handedNotes { return &handedNotes{by: map[types.UID]*handedNote{}} }
+
+// add hands over n for the call uid; a notification with the same id already handed over is shared
+// (a provider's duplicate delivery in flight).
+func (hn *handedNotes) add(uid types.UID, n tg.Notification) *handedNote {
+	hn.mu.Lock()
+	defer hn.mu.Unlock()
+	if h, ok := hn.by[uid]; ok && h.n.ID == n.ID {
+		return h
+	}
+	h := &handedNote{n: n, done: make(chan struct{})}
+	hn.by[uid] = h
+	return h
+}
+
+// remove withdraws h, unless another notification replaced it.
+func (hn *handedNotes) remove(uid types.UID, h *handedNote) {
+	hn.mu.Lock()
+	defer hn.mu.Unlock()
+	if hn.by[uid] == h {
+		delete(hn.by, uid)
+	}
+}
+
+// take puts the notification handed over for tc, if any, into its status, for this reconcile's status
+// write to record; recorded is to be called once that write landed (or was not needed, the status
+// showing it already).
+func (hn *handedNotes) take(tc *tg.ToolCall) (recorded func()) {
+	hn.mu.Lock()
+	h, ok := hn.by[tc.UID]
+	hn.mu.Unlock()
+	if !ok {
+		return func() {}
+	}
+	if cur := tc.Status.Notification; cur == nil || cur.ID != h.n.ID {
+		n := h.n
+		tc.Status.Notification = &n
+	}
+	return func() {
+		hn.remove(tc.UID, h)
+		h.once.Do(func() { close(h.done) })
 	}
 }
 

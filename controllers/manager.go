@@ -216,6 +216,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		CallTimeout:             o.CallTimeout,
 		Waiter:                  NewWaiter(o.PollWait, mgr.GetLogger().WithName("waiter")),
 		asyncReads:              newAsyncReads(),
+		handed:                  newHandedNotes(),
+		elected:                 mgr.Elected(),
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CancelGiveUp:            o.CancelGiveUp,
@@ -238,7 +240,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if receiverOn {
 		rc := &Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
-			Log: mgr.GetLogger().WithName("receiver"), providers: provs, wake: r.wake}
+			Log: mgr.GetLogger().WithName("receiver"), providers: provs, handOver: r.handOver}
 		srv := &receiverServer{addr: o.ReceiverBindAddress, certDir: o.ReceiverCertDir, handler: rc, log: rc.Log, synced: mgr.GetCache().WaitForCacheSync}
 		if err := mgr.Add(srv); err != nil {
 			return err

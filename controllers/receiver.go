@@ -26,10 +26,12 @@ import (
 const ReceiverPath = "/aap/events"
 
 // Receiver is the manager's AAP webhook receiver (asynchronous mode). It answers a provider's
-// verification message for a registration a provider object proposed, and records a
-// request.resolved notification on the ToolCall it concerns before acknowledging it, so that a crash
-// after the answer loses nothing; the ToolCall controller then reads the request. A notification
-// never carries a decision: it only makes the manager read the request.
+// verification message for a registration a provider object proposed, and has a request.resolved
+// notification recorded on the ToolCall it concerns before acknowledging it, so that a crash after
+// the answer loses nothing: the ToolCall controller reads the request at once and records the
+// notification in the same status write as what it read, or the receiver writes the record itself
+// when that write does not land within recordWait. A notification never carries a decision: it only
+// makes the manager read the request.
 type Receiver struct {
 	// Cache reads provider objects and ToolCalls as the controllers see them; Client writes the
 	// ToolCall's status and reads what the cache may not show yet.
@@ -39,8 +41,9 @@ type Receiver struct {
 	Clock     clock.PassiveClock
 	Log       logr.Logger
 	providers *providers
-	// wake queues a call to read its request, as its notification is recorded.
-	wake func(*tg.ToolCall)
+	// handOver queues a call to read its request, and leaves the record of its notification to
+	// that read's status write (ToolCallReconciler.handOver).
+	handOver func(*tg.ToolCall, tg.Notification) (recorded <-chan struct{}, release func())
 	// secrets are the signing secrets that verified a message, by Secret (signingSecrets).
 	secrets signingSecrets
 }
@@ -182,11 +185,24 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	case tc.Status.Notification != nil && tc.Status.Notification.ID == m.ID:
 		return answer{status: http.StatusNoContent, outcome: "duplicate"}
 	}
-	// The read may start while the record is written: it changes nothing a crash could lose, and the
-	// 2xx still waits for the record.
-	rc.wake(tc)
+	// The read the notification wakes records it in its own status write, with the decision; the
+	// 2xx waits for that write, or for the receiver's own once recordWait passed without it.
+	n := tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
+	recorded, release := rc.handOver(tc, n)
+	defer release()
+	if recorded != nil {
+		wait := time.NewTimer(recordWait)
+		defer wait.Stop()
+		select {
+		case <-recorded:
+			return answer{status: http.StatusNoContent, outcome: "accepted"}
+		case <-ctx.Done():
+			return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: ctx.Err()}
+		case <-wait.C:
+		}
+	}
 	patch := statusMergeFrom(*tc.Status.DeepCopy())
-	tc.Status.Notification = &tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
+	tc.Status.Notification = &n
 	if err := rc.Client.Status().Patch(ctx, tc, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return answer{status: http.StatusNoContent, outcome: "discarded"}

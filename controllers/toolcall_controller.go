@@ -43,8 +43,12 @@ type ToolCallReconciler struct {
 	Waiter      *Waiter
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
-	// notified carries the calls whose notification the receiver is recording (wake).
+	// notified carries the calls whose notification the receiver is recording (wake), and handed the
+	// notifications it leaves to their reads to record (handOver).
 	notified chan event.TypedGenericEvent[*tg.ToolCall]
+	handed   *handedNotes
+	// elected is closed once this replica leads, and its reconciles run.
+	elected <-chan struct{}
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -123,6 +127,8 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	orig := tc.DeepCopy()
+	// A notification the receiver handed over is recorded by this reconcile's status write.
+	recorded := r.handed.take(tc)
 	var res ctrl.Result
 	var err error
 	switch tc.Status.Phase {
@@ -142,6 +148,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
+	recorded()
 	if tc.ResourceVersion != orig.ResourceVersion {
 		r.written.wrote(tc) // this reconcile wrote the ToolCall
 	}
@@ -244,8 +251,8 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
-		// A notification the receiver records is a decision to read: it is queued as the waiter's
-		// are, at once (wake, as the record is written), and again when the watch shows it recorded.
+		// A notification the receiver takes is a decision to read: it is queued as the waiter's are,
+		// at once (handOver, whose reconcile records it), and again when the watch shows it recorded.
 		WatchesRawSource(source.Channel(r.notified, enqueueFirst())).
 		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
