@@ -192,7 +192,7 @@ func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
 
 // The read a notification wakes records it in its own status write, with the decision: the call runs
 // with one ToolCall write, and the provider gets its 2xx only once that write landed.
-func TestNotificationIsRecordedWithTheDecision(t *testing.T) {
+func TestNotifiedCallIsRecordedWithTheDecision(t *testing.T) {
 	release := make(chan struct{})
 	var alone, held atomic.Int64
 	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool {
