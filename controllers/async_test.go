@@ -206,12 +206,7 @@ func TestNotifiedCallIsRecordedWithTheDecision(t *testing.T) {
 		return true
 	}, release))
 	h, g := e.h, e.h.G
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
-	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
-
-	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
-	g.Expect(err).NotTo(HaveOccurred())
+	e.approveRefund()
 	g.Eventually(func() []batchv1.Job { return h.Jobs() }).Should(HaveLen(1), "the Job is created before the write that records the decision")
 	g.Eventually(held.Load).Should(BeEquivalentTo(1), "the write that records the decision and the notification is held")
 	g.Consistently(func() int64 { return e.team.Stats().Delivered }).WithTimeout(time.Second).Should(BeZero(), "no 2xx before the record is written")
@@ -230,12 +225,7 @@ func TestReceiverRecordsTheNotificationWhenTheReadIsLate(t *testing.T) {
 	release := make(chan struct{})
 	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool { return tc.Status.Phase == tg.PhaseRunning }, release))
 	h, g := e.h, e.h.G
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
-	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
-
-	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
-	g.Expect(err).NotTo(HaveOccurred())
+	e.approveRefund()
 	g.Eventually(func() int64 { return e.team.Stats().Delivered }).WithTimeout(10*time.Second).Should(BeEquivalentTo(1), "acknowledged while the read's write hangs")
 	tc := h.Get("refund")
 	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "the read's write is still held")
@@ -246,6 +236,17 @@ func TestReceiverRecordsTheNotificationWhenTheReadIsLate(t *testing.T) {
 	g.Expect(running.Status.Notification).To(HaveField("ID", tc.Status.Notification.ID))
 	g.Expect(h.Jobs()).To(HaveLen(1))
 	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
+}
+
+// approveRefund creates the call refund, and approves its request at the provider once the call
+// awaits approval.
+func (e *asyncEnv) approveRefund() {
+	e.h.T.Helper()
+	e.h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := e.h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	exp := time.Now().Add(5 * time.Minute)
+	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	e.h.G.Expect(err).NotTo(HaveOccurred())
 }
 
 // withholdingNotifications builds the manager's cache so that its ToolCall informer never hands the
