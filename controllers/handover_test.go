@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -91,11 +92,7 @@ func TestHandedNotesTake(t *testing.T) {
 				g.Expect(tc.Status.Notification).To(HaveField("ID", c.want))
 			}
 			for i, w := range waits {
-				told := false
-				for _, j := range c.closed {
-					told = told || i == j
-				}
-				if told {
+				if slices.Contains(c.closed, i) {
 					g.Expect(w).To(BeClosed(), "hand-over %d", i)
 				} else {
 					g.Expect(w).NotTo(BeClosed(), "hand-over %d", i)
