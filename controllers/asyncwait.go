@@ -108,8 +108,8 @@ const notifiedBuffer = 1024
 
 // recordWait is how long the receiver leaves the record of a notification to the read it wakes. That
 // read's status write (the decision, or the request still pending) carries the record, so that a
-// decision costs one ToolCall write instead of two before its Job; past recordWait the receiver
-// writes the record itself. It stays well under the 10 s a provider gives one delivery attempt.
+// decision costs one status write instead of two, and none before its Job; past recordWait the
+// receiver writes the record itself. It stays well under the 10 s a provider gives one delivery attempt.
 const recordWait = 3 * time.Second
 
 // wake queues tc, a call whose notification the receiver is recording, to read its request now,
