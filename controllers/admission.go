@@ -91,7 +91,8 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 // MaxArgumentsDepth bounds how deeply arguments may nest.
 const MaxArgumentsDepth = 32
 
-// checkArguments checks size and depth: an object of at most MaxArgumentsBytes, nested at most MaxArgumentsDepth.
+// checkArguments checks size, depth and numbers: an object of at most MaxArgumentsBytes, nested at most
+// MaxArgumentsDepth, whose numbers the canonical form approvals are compared in keeps exactly.
 func checkArguments(raw []byte) *lifecycle.Status {
 	if len(raw) > tg.MaxArgumentsBytes {
 		return lifecycle.ArgumentsTooLarge.Status(len(raw), tg.MaxArgumentsBytes)
@@ -119,6 +120,9 @@ func checkArguments(raw []byte) *lifecycle.Status {
 	}
 	if maxDepth > MaxArgumentsDepth {
 		return lifecycle.ArgumentsTooDeep.Status(maxDepth, MaxArgumentsDepth)
+	}
+	if at, n := lifecycle.InexactNumber(trimmed); at != "" {
+		return lifecycle.ArgumentsInexactNumber.Status(at, n)
 	}
 	return nil
 }

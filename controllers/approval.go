@@ -31,9 +31,18 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 	tc := sc.tc
 	accepted := controllerutil.ContainsFinalizer(tc, tg.Finalizer)
 	if accepted && approvedByPolicy(tc) {
-		// A rule approved the call in an earlier reconcile whose Job create failed: the approval is
-		// checked again, with the Tool's version, immediately before the Job, as a human's would be.
-		return r.startJob(ctx, sc)
+		// A rule approved the call in an earlier reconcile whose Job create failed, or so says a
+		// status that anyone allowed to write toolcalls/status may have written: the Tool's rules
+		// decide again, and only their approval goes on to the run gate.
+		holds, err := r.ruleApprovalHolds(ctx, tc)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if holds {
+			return r.startJob(ctx, sc)
+		}
+		r.emit(tc, nil, lifecycle.RuleApprovalNotVerified, tc.Status.Decision.Rule)
+		tc.Status.Decision = nil
 	}
 	var adm *admitted
 	var rej *lifecycle.Status
@@ -78,6 +87,7 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 	if err != nil {
 		return r.submitFailed(ctx, sc, acc.Window, err)
 	}
+	sc.own = req.ID
 	recordRequest(tc, req)
 	if provider.IsTerminal(req.Status) {
 		// A decision in the POST response is applied at once, without polling.
@@ -295,6 +305,9 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, sc *scope, req *
 			setStatus(tc, lifecycle.ArgumentsChanged.Status())
 			return ctrl.Result{}, nil
 		}
+		if req.ID != sc.own {
+			return r.confirmOwnRequest(ctx, sc, req)
+		}
 		return r.startJob(ctx, sc)
 	case provider.StatusDenied:
 		st := lifecycle.HumanDenied.Status()
@@ -308,6 +321,38 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, sc *scope, req *
 		setStatus(tc, lifecycle.ProviderExpired.Status())
 	}
 	return ctrl.Result{}, nil
+}
+
+// confirmOwnRequest asks the provider, through the idempotent submission under the call's own key,
+// which request this call submitted and what state it is in, before an approval read by its id
+// (status.requestID) starts the Job. Whoever may write ToolCall status may point that id at another
+// call's approved request with the same tool and arguments; only the request submitted under this
+// call's key speaks for it. A submission that answers with another request is followed instead, and
+// the approval read by id is dropped.
+func (r *ToolCallReconciler) confirmOwnRequest(ctx context.Context, sc *scope, seen *provider.Request) (ctrl.Result, error) {
+	tc := sc.tc
+	acc, err := sc.accepted()
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	own, err := r.providerOf(tc).Submit(ctx, acc.Submission)
+	if err != nil {
+		return r.submitFailed(ctx, sc, acc.Window, err)
+	}
+	sc.own = own.ID
+	if own.ID != seen.ID {
+		logf.FromContext(ctx).Info("status.requestID named a request this call did not submit; following the call's own request",
+			"recorded", seen.ID, "own", own.ID)
+		r.emit(tc, nil, lifecycle.RequestIDNotOwn)
+		r.stopWaiting(tc.UID)
+		tc.Status.Decision = nil
+	}
+	if !provider.IsTerminal(own.Status) {
+		recordRequest(tc, own)
+		setStatus(tc, lifecycle.AwaitingHuman.Status())
+		return r.awaitDecision(ctx, sc)
+	}
+	return r.applyDecision(ctx, sc, own)
 }
 
 // failClosed ends a ToolCall whose provider answers cannot be trusted or whose request was lost:
@@ -334,5 +379,8 @@ func recordRequest(tc *tg.ToolCall, req *provider.Request) {
 		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider, Note: d.Note, DecidedAt: metaTime(d.DecidedAt), ExpiresAt: metaTime(d.ExpiresAt)}
 	} else if provider.IsTerminal(req.Status) {
 		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider}
+	} else {
+		// A pending request has no decision: one in the status was not the provider's.
+		tc.Status.Decision = nil
 	}
 }

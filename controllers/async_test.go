@@ -78,7 +78,7 @@ func startAsync(t *testing.T, opts ...th.Option) *asyncEnv {
 	url, err := team.Start("127.0.0.1:0")
 	h.G.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = team.Close() })
-	credentialSecret(h, "team-provisioner", teamProvisioner)
+	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	ap := &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: h.NS},
 		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true,

@@ -91,7 +91,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		return cond(metav1.ConditionFalse, tg.ReasonDeliveryRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
 	}
 	p := d.Proposed
-	secret, err := r.providers.secretValue(ctx, types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: p.SecretName}, signingSecretKey)
+	secret, err := r.providers.secretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: p.SecretName}, signingSecretKey)
 	if err != nil {
 		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The signing secret of registration %s cannot be read: %v.", p.RegistrationID, err), reprobeNotReady
 	}
@@ -133,7 +133,7 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providerKey, obj tg.
 	name := fmt.Sprintf("%s-aap-webhook-%s", truncate(obj.GetName(), 200), id[:8])
 	owned := &corev1.Secret{}
 	owned.Namespace, owned.Name = r.providers.namespaceOf(k), name
-	owned.Labels = map[string]string{tg.LabelProvider: obj.GetName()}
+	owned.Labels = map[string]string{consentLabel(k): obj.GetName()}
 	owned.Data = map[string][]byte{signingSecretKey: []byte(secret)}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
 		return nil, err

@@ -159,7 +159,7 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Re
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the Pods of Job %s: %w", key.Name, err)
 	}
-	tc.Status.Result = terminationMessage(pods.Items)
+	tc.Status.Result = terminationMessage(podsOf(job, pods.Items))
 	switch {
 	case end.succeeded:
 		setStatus(tc, lifecycle.JobSucceeded.Status())
@@ -178,15 +178,29 @@ func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, j
 	if err := r.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
 		return fmt.Errorf("listing the Pods of Job %s: %w", job.Name, err)
 	}
-	switch w := waitingForImage(job, pods.Items); {
+	owned := podsOf(job, pods.Items)
+	switch w := waitingForImage(job, owned); {
 	case w != nil:
 		imageUnavailable(tc, w)
-	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(pods.Items):
+	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(owned):
 		// The image arrived and the tool started. Until a container is seen started the wait is
 		// still the last word: the Job's deadline kills a waiting container without starting it.
 		markRunning(tc, job.Name)
 	}
 	return nil
+}
+
+// podsOf keeps the Pods the Job controls. The label selects the candidates, but anyone who may
+// create Pods in the namespace can label one with a ToolCall's UID: only the Job's own Pods speak for
+// the tool, so such a Pod can neither supply the result nor report an image wait.
+func podsOf(job *batchv1.Job, pods []corev1.Pod) []corev1.Pod {
+	owned := make([]corev1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if owner := metav1.GetControllerOf(&p); owner != nil && owner.UID == job.UID {
+			owned = append(owned, p)
+		}
+	}
+	return owned
 }
 
 // JobName derives the Job's name from the ToolCall: its name (shortened) and a hash of its UID, so a
@@ -239,10 +253,10 @@ func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batc
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}
 	env := []corev1.EnvVar{
-		{Name: "TOOL_NAME", Value: tool.Spec.ToolName},
-		{Name: "TOOL_ARGUMENTS", Value: string(tc.Spec.Arguments.Raw)},
-		{Name: "TOOLCALL_NAME", Value: tc.Name},
-		{Name: "TOOLCALL_UID", Value: string(tc.UID)},
+		{Name: "TOOL_NAME", Value: literalEnv(tool.Spec.ToolName)},
+		{Name: "TOOL_ARGUMENTS", Value: literalEnv(string(tc.Spec.Arguments.Raw))},
+		{Name: "TOOLCALL_NAME", Value: literalEnv(tc.Name)},
+		{Name: "TOOLCALL_UID", Value: literalEnv(string(tc.UID))},
 	}
 	for i := range pod.Spec.InitContainers {
 		pod.Spec.InitContainers[i].Env = append(pod.Spec.InitContainers[i].Env, env...)
@@ -252,6 +266,11 @@ func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batc
 	}
 	return job
 }
+
+// literalEnv writes v as an env value the container receives unchanged. The kubelet expands $(VAR)
+// references in env values and turns $$ into $; with every $ doubled, each $$ becomes the one $ it
+// stands for and nothing is left to expand, so the tool sees exactly the approved text.
+func literalEnv(v string) string { return strings.ReplaceAll(v, "$", "$$") }
 
 func truncateLabel(v string) string {
 	if len(v) > 63 {

@@ -59,15 +59,22 @@ func policyDenial(tc *tg.ToolCall, tool *tg.Tool, rule string) *lifecycle.Status
 // to run the tool. It is recorded once: a repeated evaluation (after a failed Job create) keeps the
 // first decision and its expiry.
 func recordPolicyApproval(tc *tg.ToolCall, rule string, w Window, approvalTimeout time.Duration, t Timing, now time.Time) {
-	if d := tc.Status.Decision; d != nil && approvedByPolicy(tc) && d.Rule == rule && d.ExpiresAt != nil {
+	// Whole seconds, as the status stores them: what is checked before the Job is what is recorded.
+	expiry := func(decided time.Time) time.Time {
+		expires := decided.Add(approvalTimeout)
+		if limit := t.ApprovalLimit(w).Truncate(time.Second); limit.Before(expires) {
+			return limit
+		}
+		return expires
+	}
+	now = now.Truncate(time.Second)
+	if d := tc.Status.Decision; d != nil && approvedByPolicy(tc) && d.Rule == rule && d.DecidedAt != nil && d.ExpiresAt != nil &&
+		!d.DecidedAt.After(now) && !d.ExpiresAt.After(expiry(d.DecidedAt.Time)) {
+		// Kept only if this controller could have written it: the status is not its alone, and a
+		// longer validity there must not outlive what the rule grants.
 		return
 	}
-	// Whole seconds, as the status stores them: what is checked before the Job is what is recorded.
-	now = now.Truncate(time.Second)
-	expires := now.Add(approvalTimeout)
-	if limit := t.ApprovalLimit(w).Truncate(time.Second); limit.Before(expires) {
-		expires = limit
-	}
+	expires := expiry(now)
 	tc.Status.Decision = &tg.Decision{
 		Status:    provider.StatusApproved,
 		Source:    tg.DecisionSourcePolicy,
@@ -88,6 +95,26 @@ func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, sc *scope, adm
 	recordPolicyApproval(sc.tc, rule, acc.Window, acc.Submission.Timeout, r.Timing, r.Clock.Now())
 	setStatus(sc.tc, lifecycle.PolicyApproved.Status(rule, adm.tool.Name))
 	return r.startJob(ctx, sc)
+}
+
+// ruleApprovalHolds reports whether the rule approval recorded in tc's status is the Tool's rules'
+// own: the Tool is the version the call was accepted against and its rules approve the call by that
+// rule. A Tool that is no longer that version also holds: the run gate then ends the call without
+// running it, as it ends any approval of another version.
+func (r *ToolCallReconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolCall) (bool, error) {
+	tool, rej, err := r.findTool(ctx, tc)
+	if err != nil || rej != nil {
+		return rej != nil, err
+	}
+	if lifecycle.ToolVersionMismatch(tc, tool) != "" {
+		return true, nil
+	}
+	rules, err := r.rules.rules(tool)
+	if err != nil {
+		return false, nil
+	}
+	verdict := r.evaluateRules(tc, tool, rules)
+	return verdict.Action == tg.ActionApprove && verdict.Rule == tc.Status.Decision.Rule, nil
 }
 
 // decidedByPolicy reports whether the ToolCall's decision came from an approval rule.

@@ -37,13 +37,18 @@ func startTeamProvider(h *th.Harness) (*reference.Server, string) {
 	return srv, url
 }
 
-// credentialSecret writes Secret name in the harness namespace with token under key "token".
-func credentialSecret(h *th.Harness, name, token string) {
+// serves is the label by which a Secret consents to serve the ApprovalProvider named provider.
+func serves(provider string) map[string]string { return map[string]string{tg.LabelProvider: provider} }
+
+// credentialSecret writes Secret name in the harness namespace with token under key "token" and the
+// given labels (the consent to serve a provider object: serves).
+func credentialSecret(h *th.Harness, name, token string, labels map[string]string) {
 	h.T.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS}, StringData: map[string]string{"token": token}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS, Labels: labels}, StringData: map[string]string{"token": token}}
 	cur := &corev1.Secret{}
 	if err := h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, cur); err == nil {
 		cur.Data = map[string][]byte{"token": []byte(token)}
+		cur.Labels = labels
 		h.G.Expect(h.K8s.Update(context.Background(), cur)).To(Succeed())
 		return
 	}
@@ -92,7 +97,7 @@ func readyCondition(h *th.Harness, obj tg.GenericProvider, status metav1.Conditi
 func readyTeamProvider(h *th.Harness, name string) *reference.Server {
 	h.T.Helper()
 	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-credential", teamCredential)
+	credentialSecret(h, "team-credential", teamCredential, serves(name))
 	approvalProvider(h, name, url, "team-credential")
 	providerReady(h, name, metav1.ConditionTrue, tg.ReasonProviderReady)
 	return team
@@ -208,17 +213,17 @@ func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
 	g.Expect(missing.Message).To(ContainSubstring("team-credential"))
 	waitingFor("is not Ready (CredentialUnavailable")
 
-	credentialSecret(h, "team-credential", teamProvisioner)
+	credentialSecret(h, "team-credential", teamProvisioner, serves("team"))
 	forbidden := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
 	g.Expect(forbidden.Message).To(ContainSubstring("provisioner token"))
 	g.Expect(forbidden.Message).NotTo(ContainSubstring(teamProvisioner), "never the credential itself")
 
-	credentialSecret(h, "team-credential", "tg-nobody-knows-this")
+	credentialSecret(h, "team-credential", "tg-nobody-knows-this", serves("team"))
 	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
 	waitingFor("is not Ready (CredentialRejected")
 	g.Expect(team.List("")).To(BeEmpty(), "nothing was submitted while the provider was not Ready")
 
-	credentialSecret(h, "team-credential", teamCredential)
+	credentialSecret(h, "team-credential", teamCredential, serves("team"))
 	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
@@ -263,7 +268,7 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-provisioner", teamProvisioner)
+	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
 	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
 
@@ -305,12 +310,12 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 func TestProvisioningWithTheWrongTokenIsReported(t *testing.T) {
 	h := th.New(t, env)
 	_, url := startTeamProvider(h)
-	credentialSecret(h, "team-provisioner", teamCredential)
+	credentialSecret(h, "team-provisioner", teamCredential, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
 	forbidden := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
 	h.G.Expect(forbidden.Message).To(ContainSubstring("an instance credential is not a provisioner token"))
 
-	credentialSecret(h, "team-provisioner", "tg-nobody-knows-this")
+	credentialSecret(h, "team-provisioner", "tg-nobody-knows-this", serves("team"))
 	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
 }
 
@@ -320,7 +325,7 @@ func TestClusterProviderServesTheToolsThatNameIt(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	team, url := startTeamProvider(h)
-	credentialSecret(h, "shared-credential", teamCredential) // h.NS is the cluster resource namespace
+	credentialSecret(h, "shared-credential", teamCredential, map[string]string{tg.LabelClusterProvider: "shared-" + h.NS}) // h.NS is the cluster resource namespace
 	name := "shared-" + h.NS
 	shared := &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tg.ApprovalProviderSpec{
 		URL: url, AllowInsecureHTTP: true, CredentialSecretRef: &tg.SecretKeyRef{Name: "shared-credential"},
@@ -344,7 +349,7 @@ func TestUnreachableProviderDoesNotHoldCallsBack(t *testing.T) {
 	g := h.G
 	addr, err := th.FreeAddr() // nothing listens there
 	g.Expect(err).NotTo(HaveOccurred())
-	credentialSecret(h, "team-credential", teamCredential)
+	credentialSecret(h, "team-credential", teamCredential, serves("team"))
 	approvalProvider(h, "team", "http://"+addr, "team-credential")
 	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonProviderUnreachable)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))

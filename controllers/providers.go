@@ -378,7 +378,7 @@ func (p *providers) newClient(ctx context.Context, k providerKey, obj tg.Generic
 	opts.BaseURL, opts.CredentialFile = spec.URL, ""
 	opts.CABundle = spec.CABundle
 	if ref := spec.CABundleRef; ref != nil {
-		pem, err := p.caBundle(ctx, p.namespaceOf(k), ref)
+		pem, err := p.caBundle(ctx, k, obj.GetUID(), ref)
 		if err != nil {
 			return nil, tg.ReasonCABundleInvalid, err
 		}
@@ -387,7 +387,8 @@ func (p *providers) newClient(ctx context.Context, k providerKey, obj tg.Generic
 	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
 		return nil, tg.ReasonCABundleInvalid, fmt.Errorf("the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
 	}
-	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), secret, key) }
+	uid := obj.GetUID()
+	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), k, uid, secret, key) }
 	hc, err := provider.NewHTTPClient(opts)
 	if err != nil {
 		return nil, tg.ReasonCredentialUnavailable, err
@@ -402,15 +403,50 @@ func keyOr(key, def string) string {
 	return key
 }
 
-// secretValue reads one key of a Secret, live: Secrets are not cached, so that the manager holds
-// none of them in memory and needs only get on them.
-func (p *providers) secretValue(ctx context.Context, name types.NamespacedName, key string) (string, error) {
-	s := &corev1.Secret{}
-	if err := p.live.Get(ctx, name, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", fmt.Errorf("Secret %s does not exist: create it with the credential under key %q", name, key)
+// consentLabel is the label by which a Secret consents to serve provider objects of k's kind.
+func consentLabel(k providerKey) string {
+	if k.kind == tg.KindClusterApprovalProvider {
+		return tg.LabelClusterProvider
+	}
+	return tg.LabelProvider
+}
+
+// consents reports whether Secret s serves provider object k, whose UID is uid: it carries k's
+// consent label naming k, or k owns it.
+func consents(s *corev1.Secret, k providerKey, uid types.UID) bool {
+	if s.Labels[consentLabel(k)] == k.name {
+		return true
+	}
+	for _, o := range s.OwnerReferences {
+		if uid != "" && o.UID == uid && o.Kind == k.kind {
+			return true
 		}
-		return "", fmt.Errorf("reading Secret %s: %w", name, err)
+	}
+	return false
+}
+
+// consentedSecret reads Secret name for provider object k (UID uid), live: Secrets are not cached,
+// so that the manager holds none of them in memory and needs only get on them. A Secret that does not
+// consent to serve k is answered as one that does not exist, with the same words: whoever writes
+// provider objects learns nothing of the Secrets they cannot read.
+func (p *providers) consentedSecret(ctx context.Context, k providerKey, uid types.UID, name types.NamespacedName, what, key string) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	err := p.live.Get(ctx, name, s)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading Secret %s: %s", name, apierrors.ReasonForError(err))
+	}
+	if err != nil || !consents(s, k, uid) {
+		return nil, fmt.Errorf("no Secret %s serves %s: create it with %s under key %q and the label %s=%s, by which a Secret consents to serve this object",
+			name, k, what, key, consentLabel(k), k.name)
+	}
+	return s, nil
+}
+
+// secretValue reads one key of a Secret that consents to serve provider object k (UID uid).
+func (p *providers) secretValue(ctx context.Context, k providerKey, uid types.UID, name types.NamespacedName, key string) (string, error) {
+	s, err := p.consentedSecret(ctx, k, uid, name, "the credential", key)
+	if err != nil {
+		return "", err
 	}
 	v := strings.TrimSpace(string(s.Data[key]))
 	if v == "" {
@@ -420,9 +456,9 @@ func (p *providers) secretValue(ctx context.Context, name types.NamespacedName, 
 }
 
 // caBundle reads the PEM bundle a caBundleRef names.
-func (p *providers) caBundle(ctx context.Context, ns string, ref *tg.CABundleRef) ([]byte, error) {
+func (p *providers) caBundle(ctx context.Context, k providerKey, uid types.UID, ref *tg.CABundleRef) ([]byte, error) {
 	key := keyOr(ref.Key, "ca.crt")
-	name := types.NamespacedName{Namespace: ns, Name: ref.Name}
+	name := types.NamespacedName{Namespace: p.namespaceOf(k), Name: ref.Name}
 	if ref.Kind == "ConfigMap" {
 		cm := &corev1.ConfigMap{}
 		if err := p.live.Get(ctx, name, cm); err != nil {
@@ -433,9 +469,9 @@ func (p *providers) caBundle(ctx context.Context, ns string, ref *tg.CABundleRef
 		}
 		return nil, fmt.Errorf("ConfigMap %s has no key %q holding the CA bundle", name, key)
 	}
-	s := &corev1.Secret{}
-	if err := p.live.Get(ctx, name, s); err != nil {
-		return nil, fmt.Errorf("reading the CA bundle's Secret %s: %w", name, err)
+	s, err := p.consentedSecret(ctx, k, uid, name, "the CA bundle", key)
+	if err != nil {
+		return nil, err
 	}
 	if v := s.Data[key]; len(v) > 0 {
 		return v, nil

@@ -98,7 +98,7 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 	}
 	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: provisionedSecretName(obj, replaces)}
 	owned := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{tg.LabelProvider: obj.GetName()}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{consentLabel(k): obj.GetName()}},
 		Data:       map[string][]byte{provisionedKey: []byte(got.Credential.Token)},
 	}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {

@@ -44,7 +44,7 @@ type Receiver struct {
 	// handOver queues a call to read its request, and leaves the record of its notification to
 	// that read's status write (ToolCallReconciler.handOver).
 	handOver func(*tg.ToolCall, tg.Notification) (recorded <-chan struct{}, release func())
-	// secrets are the signing secrets that verified a message, by Secret (signingSecrets).
+	// secrets are the signing secrets last read, by Secret (signingSecrets).
 	secrets signingSecrets
 }
 
@@ -55,23 +55,36 @@ type Receiver struct {
 // the Secret again.
 type signingSecrets struct {
 	mu sync.Mutex
-	by map[types.NamespacedName]string
+	by map[types.NamespacedName]readSecret
 }
 
-func (s *signingSecrets) get(name types.NamespacedName) (string, bool) {
+// readSecret is a signing secret's value and when it was read.
+type readSecret struct {
+	value string
+	at    time.Time
+}
+
+// secretReread is how soon after reading a signing Secret a message its value does not verify may
+// read it again. Messages are unauthenticated until verified: without this bound every forgery that
+// names a known instance would cost the apiserver a Secret read.
+const secretReread = 10 * time.Second
+
+// get returns the value last read from Secret name, and whether a message it does not verify may read
+// the Secret again at now.
+func (s *signingSecrets) get(name types.NamespacedName, now time.Time) (value string, known, reread bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.by[name]
-	return v, ok
+	return v.value, ok, !ok || now.Sub(v.at) >= secretReread
 }
 
-func (s *signingSecrets) put(name types.NamespacedName, v string) {
+func (s *signingSecrets) put(name types.NamespacedName, v string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.by == nil {
-		s.by = map[types.NamespacedName]string{}
+		s.by = map[types.NamespacedName]readSecret{}
 	}
-	s.by[name] = v
+	s.by[name] = readSecret{value: v, at: now}
 }
 
 // answer is the receiver's reply to a message: its HTTP status, the outcome counted, the challenge
@@ -148,7 +161,7 @@ func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byt
 	if reg == nil {
 		return answer{status: http.StatusForbidden, outcome: "unknown_registration", err: fmt.Errorf("no provider object proposed registration %s", m.RegistrationID)}
 	}
-	if err := rc.check(ctx, k, reg, m, body, h); err != nil {
+	if err := rc.check(ctx, k, obj, reg, m, body, h); err != nil {
 		return answer{status: statusOf(err), outcome: outcomeOf(err), err: err}
 	}
 	if m.InstanceID != reg.InstanceID {
@@ -169,7 +182,7 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	}
 	var verr error = fmt.Errorf("%w: no registration of instance %s verifies it", aapwebhook.ErrUnauthenticated, m.InstanceID)
 	for _, reg := range rc.registrationsOf(obj, m.InstanceID) {
-		if verr = rc.check(ctx, k, reg, m, body, h); verr == nil {
+		if verr = rc.check(ctx, k, obj, reg, m, body, h); verr == nil {
 			break
 		}
 	}
@@ -234,20 +247,24 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 }
 
 // check verifies message m with the signing secret of registration reg.
-func (rc *Receiver) check(ctx context.Context, k providerKey, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
+func (rc *Receiver) check(ctx context.Context, k providerKey, obj tg.GenericProvider, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
 	name := types.NamespacedName{Namespace: rc.providers.namespaceOf(k), Name: reg.SecretName}
-	if secret, ok := rc.secrets.get(name); ok && aapwebhook.Verify(secret, m, body, h, rc.Clock.Now()) == nil {
-		return nil
+	now := rc.Clock.Now()
+	known, ok, reread := rc.secrets.get(name, now)
+	if ok {
+		err := aapwebhook.Verify(known, m, body, h, now)
+		if err == nil || !reread {
+			// Verified, or refused with the value read moments ago: the Secret is not read again.
+			return err
+		}
 	}
-	secret, err := rc.providers.secretValue(ctx, name, signingSecretKey)
+	secret, err := rc.providers.secretValue(ctx, k, obj.GetUID(), name, signingSecretKey)
 	if err != nil {
 		return fmt.Errorf("%w: the signing secret of registration %s: %v", errUnavailable, reg.RegistrationID, err)
 	}
-	if err := aapwebhook.Verify(secret, m, body, h, rc.Clock.Now()); err != nil {
-		return err
-	}
-	rc.secrets.put(name, secret)
-	return nil
+	// Remembered whatever the message: the value is the Secret's, and a forgery read it.
+	rc.secrets.put(name, secret, now)
+	return aapwebhook.Verify(secret, m, body, h, now)
 }
 
 var errUnavailable = errors.New("unavailable")

@@ -24,11 +24,12 @@ import (
 )
 
 // The receiver reads a registration's signing Secret once: later messages are verified with the
-// value that verified one, and a message it does not verify reads the Secret again.
+// value read, and a message it does not verify reads the Secret again only once secretReread has
+// passed since the last read, so forgeries cost the apiserver at most one read per Secret that often.
 func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 	const first, second = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_HxwdHhobGBkWFxQVEhMQEQ4PDA0KCwgJBgcEBQIDAAE="
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team-signing"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team-signing", Labels: map[string]string{tg.LabelProvider: "team"}},
 		Data: map[string][]byte{signingSecretKey: []byte(first)}}
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
@@ -41,7 +42,9 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	rc := &Receiver{Clock: clocktesting.NewFakePassiveClock(now), providers: newProviders(nil, live, nil, "", provider.Options{})}
+	clock := clocktesting.NewFakePassiveClock(now)
+	rc := &Receiver{Clock: clock, providers: newProviders(nil, live, nil, "", provider.Options{})}
+	obj := &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team", UID: "6a1f0c2e"}}
 	k := providerKey{kind: tg.KindApprovalProvider, namespace: "team", name: "team"}
 	reg := &tg.WebhookRegistration{RegistrationID: uuid.NewString(), SecretName: "team-signing"}
 	check := func(signedWith string) error {
@@ -61,23 +64,28 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := http.Header{"Webhook-Id": {id}, "Webhook-Timestamp": {strconv.FormatInt(now.Unix(), 10)}, "Webhook-Signature": {sig}}
-		return rc.check(context.Background(), k, reg, m, body, h)
+		return rc.check(context.Background(), k, obj, reg, m, body, h)
 	}
 
 	for _, step := range []struct {
 		name      string
 		signed    string
-		secret    string // the Secret's value from this step on, when set
-		reads     int    // Secret reads so far
+		secret    string        // the Secret's value from this step on, when set
+		later     time.Duration // how far the clock moves before the step
+		reads     int           // Secret reads so far
 		forgedErr bool
 	}{
 		{name: "the first message reads the Secret", signed: first, reads: 1},
 		{name: "the next is verified with the value remembered", signed: first, reads: 1},
-		{name: "a forgery reads the Secret again, and is refused", signed: second, reads: 2, forgedErr: true},
+		{name: "a forgery is refused without reading the Secret again", signed: second, reads: 1, forgedErr: true},
+		{name: "and so is the next, just before the reread interval", signed: second, later: secretReread - time.Second, reads: 1, forgedErr: true},
+		{name: "a forgery after the interval reads it once, and is refused", signed: second, later: time.Second, reads: 2, forgedErr: true},
 		{name: "the remembered value still verifies", signed: first, reads: 2},
-		{name: "a Secret replaced under the same name is read again", signed: second, secret: second, reads: 3},
+		{name: "a Secret replaced under the same name is not read again at once", signed: second, secret: second, reads: 2, forgedErr: true},
+		{name: "it is read once the interval passed", signed: second, later: secretReread, reads: 3},
 		{name: "and its value is remembered", signed: second, reads: 3},
 	} {
+		clock.SetTime(clock.Now().Add(step.later))
 		if step.secret != "" {
 			secret.Data[signingSecretKey] = []byte(step.secret)
 			if err := live.Update(context.Background(), secret); err != nil {

@@ -64,7 +64,7 @@ func TestExpiringCredentialIsReplacedAndTheOldInstanceServesItsCallsToTheEnd(t *
 	h := th.New(t, env, th.WithClock(clk))
 	g := h.G
 	team, url := startExpiringProvider(h, clk)
-	credentialSecret(h, "team-provisioner", teamProvisioner)
+	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
 	providerReady(h, "team", "True", tg.ReasonProviderReady)
 	first := provisionedStatus(g, h, "team").Instance
@@ -136,7 +136,7 @@ func TestReplacedInstanceIsDeletedWhenItsCredentialExpires(t *testing.T) {
 	h := th.New(t, env, th.WithClock(clk))
 	g := h.G
 	team, url := startExpiringProvider(h, clk)
-	credentialSecret(h, "team-provisioner", teamProvisioner)
+	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
 	providerReady(h, "team", "True", tg.ReasonProviderReady)
 	first := provisionedStatus(g, h, "team").Instance

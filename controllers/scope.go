@@ -16,6 +16,9 @@ type scope struct {
 	// unreadable is why the acceptance record cannot be read (not accepted yet, or not by this
 	// controller).
 	unreadable error
+	// own is the id of the request the provider answered this reconcile's submission with: the
+	// request submitted under the call's own idempotency key.
+	own string
 }
 
 func newScope(tc *tg.ToolCall) *scope { return &scope{tc: tc} }

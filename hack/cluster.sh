@@ -20,6 +20,7 @@
 #   localhost/toolgate/toolgate:dev      manager, reference-provider, toolgate-mcp (as the Dockerfile)
 #   localhost/toolgate/issue-refund:dev  the demo tool of config/samples (cmd/issue-refund)
 #   localhost/toolgate/kubectl-toolcall:dev  cmd/kubectl-toolcall, for an agent Pod that requests calls
+#   localhost/toolgate/echo-tool:dev     the e2e suite's tool that returns TOOL_ARGUMENTS (test/e2e/echotool)
 #   localhost/toolgate/pause:3.10        the Pod sandbox (hack/pause), containerd's sandbox_image
 #
 # Environment:
@@ -40,6 +41,7 @@ ctr_cmd=(ctr --address "${state}/containerd/containerd.sock" -n k8s.io)
 MANAGER_IMAGE=localhost/toolgate/toolgate:dev
 TOOL_IMAGE=localhost/toolgate/issue-refund:dev
 AGENT_IMAGE=localhost/toolgate/kubectl-toolcall:dev
+ECHO_IMAGE=localhost/toolgate/echo-tool:dev
 PAUSE_IMAGE=localhost/toolgate/pause:3.10
 # The reference provider's Service address in config/dev (there is no cluster DNS).
 PROVIDER_URL=http://10.96.0.10:8085
@@ -94,12 +96,12 @@ build_tools() {
   go build -o bin/image ./hack/image
 }
 
-# build_images writes the three image tarballs into ${state}/images.
+# build_images writes the image tarballs into ${state}/images.
 build_images() {
   local out=bin/linux c
   mkdir -p "${out}" "${state}/images"
   for c in manager:./cmd reference-provider:./cmd/reference-provider toolgate-mcp:./cmd/toolgate-mcp \
-    issue-refund:./cmd/issue-refund kubectl-toolcall:./cmd/kubectl-toolcall pause:./hack/pause; do
+    issue-refund:./cmd/issue-refund kubectl-toolcall:./cmd/kubectl-toolcall echo-tool:./test/e2e/echotool pause:./hack/pause; do
     CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "${out}/${c%%:*}" "${c#*:}"
   done
   bin/image --tag "${MANAGER_IMAGE}" --out "${state}/images/toolgate.tar" --entrypoint /manager --user 65532:65532 \
@@ -108,6 +110,8 @@ build_images() {
     --file "/issue-refund=${out}/issue-refund" >&2
   bin/image --tag "${AGENT_IMAGE}" --out "${state}/images/kubectl-toolcall.tar" --entrypoint /kubectl-toolcall --user 65532:65532 \
     --file "/kubectl-toolcall=${out}/kubectl-toolcall" >&2
+  bin/image --tag "${ECHO_IMAGE}" --out "${state}/images/echo-tool.tar" --entrypoint /echo-tool --user 65532:65532 \
+    --file "/echo-tool=${out}/echo-tool" >&2
   bin/image --tag "${PAUSE_IMAGE}" --out "${state}/images/pause.tar" --entrypoint /pause --user 65535:65535 --ca-bundle "" \
     --file "/pause=${out}/pause" >&2
 }
@@ -228,6 +232,8 @@ cmd_install() {
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
     --from-file=provisioner-token="${token}" --from-file=approvers="${approvers}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # Its consent to serve the ClusterApprovalProvider default (config/dev), which reads its provisioner token.
+  kubectl -n toolgate-system label secret toolgate-provider-credential --overwrite toolgate.dev/cluster-approval-provider=default >/dev/null
   # The manager's webhook receiver (config/receiver): its certificate, and the CA the provider trusts.
   receiver_tls
   kubectl -n toolgate-system create secret tls toolgate-receiver-tls --cert="${state}/receiver/tls.crt" \

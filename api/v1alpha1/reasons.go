@@ -12,8 +12,17 @@ const FinalizerInstance = "toolgate.dev/delete-instance"
 // deletion was asked for, and new calls no longer pick it.
 const FinalizerInUse = "toolgate.dev/in-use"
 
-// LabelProvider names the provider object on the Secret of a credential the manager provisioned.
-const LabelProvider = "toolgate.dev/approval-provider"
+// A Secret serves a provider object only by consent: it carries the label of the object's kind with
+// the object's name as value (in the namespace the object reads Secrets from), or the object owns it
+// (the Secrets the manager creates for it carry the label too). The manager reads no other Secret's
+// value, and says nothing of one in a condition.
+const (
+	// LabelProvider on a Secret names the ApprovalProvider of its namespace it serves.
+	LabelProvider = "toolgate.dev/approval-provider"
+	// LabelClusterProvider on a Secret in the cluster resource namespace names the
+	// ClusterApprovalProvider it serves.
+	LabelClusterProvider = "toolgate.dev/cluster-approval-provider"
+)
 
 // Labels the controller puts on the Jobs (and their Pods) it creates.
 const (
@@ -238,4 +247,10 @@ const (
 	// ReasonPolicyEvaluationFailed: a rule could not be evaluated for this call; a human is asked
 	// instead.
 	ReasonPolicyEvaluationFailed = "PolicyEvaluationFailed"
+	// ReasonRequestNotOwn: status.requestID named a request the call did not submit (someone else
+	// wrote the status); the call follows the request submitted under its own idempotency key.
+	ReasonRequestNotOwn = "RequestNotOwn"
+	// ReasonDecisionNotVerified: status.decision recorded a rule's approval the Tool's rules do not
+	// give (someone else wrote the status); it was dropped.
+	ReasonDecisionNotVerified = "DecisionNotVerified"
 )

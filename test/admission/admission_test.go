@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -636,4 +637,118 @@ func TestRequesterReachesTheProviderAndTheEvents(t *testing.T) {
 			HavePrefix("Waiting for a human to approve or deny the call."),
 			HaveSuffix(" Requested by "+a.user+"."))))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// writersPolicy installs config/admission/writers (the policy that lets only the manager write
+// ToolCall status and the acceptance record) for namespace ns alone, with manager as the manager's
+// username filled in where config/default's replacements write it (the 4th and 8th pieces between
+// single quotes of the first variable), and returns the policy's name.
+func writersPolicy(t *testing.T, g Gomega, ns, managerNS, managerName string) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	data, err := os.ReadFile(root + "/config/admission/writers/toolcall_writers.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	name := "toolcall-writers-" + ns
+	ctx := context.Background()
+	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
+		obj := &unstructured.Unstructured{}
+		g.Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+		switch obj.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			policy, _, _ := unstructured.NestedString(obj.Object, "spec", "failurePolicy")
+			g.Expect(policy).To(Equal("Fail"))
+			vars, _, _ := unstructured.NestedSlice(obj.Object, "spec", "variables")
+			first := vars[0].(map[string]any)
+			g.Expect(first["name"]).To(Equal("manager"))
+			pieces := strings.Split(first["expression"].(string), "'")
+			g.Expect(pieces).To(HaveLen(9))
+			pieces[3], pieces[7] = managerNS, managerName
+			first["expression"] = strings.Join(pieces, "'")
+			g.Expect(unstructured.SetNestedSlice(obj.Object, vars, "spec", "variables")).To(Succeed())
+		case "ValidatingAdmissionPolicyBinding":
+			g.Expect(unstructured.SetNestedField(obj.Object, name, "spec", "policyName")).To(Succeed())
+			g.Expect(unstructured.SetNestedField(obj.Object, map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}},
+				"spec", "matchResources", "namespaceSelector")).To(Succeed())
+		}
+		obj.SetName(name)
+		g.Expect(env.Client.Create(ctx, obj)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+	}
+	return name
+}
+
+// TestOnlyTheManagerWritesStatusAndTheRecord: with config/admission/writers installed, a user who
+// holds every verb on toolcalls and toolcalls/status can neither write a ToolCall's status (where a
+// decision would be) nor add, change or remove the acceptance annotations and Toolgate's finalizer;
+// the manager's ServiceAccount can, and other metadata stays writable by its owners.
+func TestOnlyTheManagerWritesStatusAndTheRecord(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	policy := writersPolicy(t, g, ns, ns, "toolgate-manager")
+	writer := newCaller(g, "system:serviceaccount:"+ns+":gitops", "", "system:serviceaccounts", "system:authenticated")
+	manager := newCaller(g, "system:serviceaccount:"+ns+":toolgate-manager", "", "system:serviceaccounts", "system:authenticated")
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "toolcall-everything"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{tg.GroupVersion.Group}, Resources: []string{"toolcalls", "toolcalls/status"}, Verbs: []string{"*"}},
+		{APIGroups: []string{tg.GroupVersion.Group}, Resources: []string{"tools"}, Verbs: []string{"call"}},
+	}}
+	g.Expect(env.Client.Create(ctx, role)).To(Succeed())
+	for _, c := range []*caller{writer, manager} {
+		g.Expect(env.Client.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "toolcall-everything-"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: c.user}},
+		})).To(Succeed())
+		waitAllowed(t, c, ns, "update", "toolcalls", "")
+		waitAllowed(t, c, ns, "call", "tools", "issue_refund")
+	}
+	denied := func(user string) string {
+		return fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: user %s may not", policy, policy, user)
+	}
+
+	tc := toolCall(ns, "refund", "issue_refund")
+	g.Expect(writer.client.Create(ctx, tc)).To(Succeed())
+	approve := func(c *caller) error {
+		got := &tg.ToolCall{}
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tc), got); err != nil {
+			return err
+		}
+		got.Status.Phase = tg.PhasePending
+		got.Status.Decision = &tg.Decision{Status: "approved", Source: tg.DecisionSourcePolicy, Rule: "anything"}
+		return c.client.Status().Update(ctx, got)
+	}
+	// The policy is in force once the writer's status write is refused.
+	g.Eventually(func() error { return approve(writer) }).WithTimeout(30 * time.Second).Should(
+		MatchError(ContainSubstring(denied(writer.user) + " write the status of ToolCalls: only the Toolgate manager (" + manager.user + ")")))
+	g.Expect(approve(manager)).To(Succeed())
+
+	// The acceptance record: neither at creation nor by an update, nor its removal.
+	forged := toolCall(ns, "forged", "issue_refund")
+	forged.Annotations = map[string]string{tg.AnnotationApprovalRule: "anything", "example.com/note": "kept"}
+	g.Expect(writer.client.Create(ctx, forged)).To(MatchError(And(ContainSubstring(denied(writer.user)),
+		ContainSubstring("acceptance record ("+tg.AnnotationApprovalRule+")"), ContainSubstring("create ToolCalls without toolgate.dev/ finalizers or annotations"))))
+	forged.Annotations = nil
+	forged.Finalizers = []string{tg.Finalizer}
+	g.Expect(writer.client.Create(ctx, forged)).To(MatchError(ContainSubstring("acceptance record (finalizer " + tg.Finalizer + ")")))
+
+	update := func(c *caller, change func(*tg.ToolCall)) error {
+		got := &tg.ToolCall{}
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tc), got); err != nil {
+			return err
+		}
+		change(got)
+		return c.client.Update(ctx, got)
+	}
+	g.Expect(update(writer, func(o *tg.ToolCall) {
+		o.Annotations = map[string]string{tg.AnnotationProvider: "ClusterApprovalProvider/default", tg.AnnotationExecutionTimeout: "1h"}
+	})).To(MatchError(ContainSubstring("acceptance record (" + tg.AnnotationExecutionTimeout + ", " + tg.AnnotationProvider + ")")))
+	g.Expect(update(manager, func(o *tg.ToolCall) {
+		o.Annotations = map[string]string{tg.AnnotationExecutionTimeout: "5m0s"}
+		o.Finalizers = []string{tg.Finalizer}
+	})).To(Succeed())
+	g.Expect(update(writer, func(o *tg.ToolCall) { o.Annotations[tg.AnnotationExecutionTimeout] = "1h" })).To(MatchError(ContainSubstring("acceptance record")))
+	g.Expect(update(writer, func(o *tg.ToolCall) { o.Finalizers = nil })).To(MatchError(ContainSubstring("finalizer " + tg.Finalizer)))
+	g.Expect(update(writer, func(o *tg.ToolCall) { o.Annotations["example.com/note"] = "an owner's own annotation" })).To(Succeed())
+	g.Expect(update(manager, func(o *tg.ToolCall) { o.Finalizers = nil })).To(Succeed())
 }

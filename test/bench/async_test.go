@@ -77,7 +77,7 @@ func newReceiver(b *testing.B) receiver {
 // receiver, and returns the mutation that points a Tool at it.
 func startDelivery(b *testing.B, h *th.Harness, r receiver, providerCA []byte) func(*tg.Tool) {
 	ctx := context.Background()
-	h.G.Expect(h.K8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bench-provisioner", Namespace: h.NS},
+	h.G.Expect(h.K8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bench-provisioner", Namespace: h.NS, Labels: map[string]string{tg.LabelProvider: asyncProvider}},
 		StringData: map[string]string{"token": provisionerToken}})).To(Succeed())
 	ap := &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: asyncProvider, Namespace: h.NS},

@@ -138,7 +138,7 @@ func (r *receiver) providerOptions(o *reference.Options) {
 // the receiver.
 func asyncProvider(g Gomega, h *th.Harness, r *receiver) {
 	ctx := context.Background()
-	g.Expect(h.K8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: credentialSecret},
+	g.Expect(h.K8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: credentialSecret, Labels: map[string]string{tg.LabelProvider: tg.DefaultProviderName}},
 		StringData: map[string]string{"token": provisionerToken}})).To(Succeed())
 	g.Expect(h.K8s.Create(ctx, &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: tg.DefaultProviderName},

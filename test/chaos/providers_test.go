@@ -24,7 +24,7 @@ const credentialSecret = "approvals-credential"
 // accepted with it and goes through a provider object, its client and its Ready condition.
 func namespaceProvider(g Gomega, h *th.Harness) {
 	ctx := context.Background()
-	g.Expect(h.K8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: credentialSecret},
+	g.Expect(h.K8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: credentialSecret, Labels: map[string]string{tg.LabelProvider: tg.DefaultProviderName}},
 		StringData: map[string]string{"token": th.Credential}})).To(Succeed())
 	g.Expect(h.K8s.Create(ctx, &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: tg.DefaultProviderName},

@@ -38,7 +38,7 @@ func TestAsyncApprovalIsNotifiedAndRunsInARealPod(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	before := providerStats(g)
 
-	g.Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "provisioner"},
+	g.Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "provisioner", Labels: map[string]string{tg.LabelProvider: "async"}},
 		StringData: map[string]string{"token": strings.TrimSpace(string(token))}})).To(Succeed())
 	g.Expect(k8s.Create(ctx, &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "async"},

@@ -40,7 +40,7 @@ func TestEachNamespaceCallsItsOwnProvisionedInstance(t *testing.T) {
 	}
 	teams := []*team{{ns: newNamespace(t), name: "e2e-team-a", approver: "alice"}, {ns: newNamespace(t), name: "e2e-team-b", approver: "bob"}}
 	for _, tm := range teams {
-		g.Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: "provisioner"},
+		g.Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: "provisioner", Labels: map[string]string{tg.LabelProvider: tg.DefaultProviderName}},
 			StringData: map[string]string{"token": strings.TrimSpace(string(token))}})).To(Succeed())
 		g.Expect(k8s.Create(ctx, &tg.ApprovalProvider{
 			ObjectMeta: metav1.ObjectMeta{Namespace: tm.ns, Name: tg.DefaultProviderName},

@@ -400,7 +400,9 @@ func FinishJob(ctx context.Context, c client.Client, ns, jobName string, succeed
 		return err
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: ns, Labels: job.Spec.Template.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: ns, Labels: job.Spec.Template.Labels,
+			// Owned by the Job, as the Job controller makes them: the manager reads only the Job's own Pods.
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
 		Spec:       *job.Spec.Template.Spec.DeepCopy(),
 	}
 	if err := c.Create(ctx, pod); apierrors.IsAlreadyExists(err) {

@@ -123,6 +123,9 @@ const (
 	ArgumentsNotObject
 	// ArgumentsTooDeep: spec.arguments nests too deeply (its depth, the limit).
 	ArgumentsTooDeep
+	// ArgumentsInexactNumber: spec.arguments holds a number its canonical form changes (its JSON
+	// pointer, the number).
+	ArgumentsInexactNumber
 	// ArgumentsNotJSON: spec.arguments does not parse (the parser's error).
 	ArgumentsNotJSON
 	// ArgumentsDoNotMatchSchema: spec.arguments fails the Tool's argumentsSchema (the Tool, where).
@@ -199,8 +202,10 @@ var table = [outcomes]Row{
 	AmbiguousTool: {tg.PhaseRejected, tg.ReasonAmbiguousTool, "spec.tool %q: Tools %s in namespace %s all have this toolName; an admin must keep only one.", ""},
 	ArgumentsTooLarge: {tg.PhaseRejected, tg.ReasonArgumentsTooLarge, "spec.arguments is %d bytes serialized; the limit is %d bytes (64 KiB). " +
 		"Pass large data by reference (a URL or an object name) instead.", ""},
-	ArgumentsNotObject:        {tg.PhaseRejected, tg.ReasonInvalidArguments, `spec.arguments must be a JSON object, e.g. {"payment_id": "payment_123"}.`, ""},
-	ArgumentsTooDeep:          {tg.PhaseRejected, tg.ReasonInvalidArguments, "spec.arguments nests %d levels deep; at most %d are allowed. Flatten the arguments.", ""},
+	ArgumentsNotObject: {tg.PhaseRejected, tg.ReasonInvalidArguments, `spec.arguments must be a JSON object, e.g. {"payment_id": "payment_123"}.`, ""},
+	ArgumentsTooDeep:   {tg.PhaseRejected, tg.ReasonInvalidArguments, "spec.arguments nests %d levels deep; at most %d are allowed. Flatten the arguments.", ""},
+	ArgumentsInexactNumber: {tg.PhaseRejected, tg.ReasonInvalidArguments, "spec.arguments at %s holds the number %s, which cannot be carried exactly: approvals compare " +
+		"and show numbers as 64-bit floating point (RFC 8785), exact for integers up to 2^53 (9007199254740992). Send it as a string instead.", ""},
 	ArgumentsNotJSON:          {tg.PhaseRejected, tg.ReasonInvalidArguments, "spec.arguments is not valid JSON: %v", ""},
 	ArgumentsDoNotMatchSchema: {tg.PhaseRejected, tg.ReasonInvalidArguments, "spec.arguments do not match Tool %s's argumentsSchema: %s", ""},
 	SchemaInvalid:             {tg.PhaseRejected, tg.ReasonInvalidTool, "Tool %s has an invalid spec.argumentsSchema (%v); an admin must fix it.", ""},
@@ -279,6 +284,12 @@ const (
 	RulesUndecided
 	// RuleApproved: an Approve rule approved the call (the rule).
 	RuleApproved
+	// RequestIDNotOwn: status.requestID named a request other than the one the call submitted under
+	// its own idempotency key; the call follows its own.
+	RequestIDNotOwn
+	// RuleApprovalNotVerified: the status recorded an approval by a rule (the rule) that the Tool's
+	// rules do not give; it was dropped, and the call goes on as its rules decide.
+	RuleApprovalNotVerified
 
 	events // the number of events
 )
@@ -293,6 +304,10 @@ var eventTable = [events]EventRow{
 		"The approvals provider cannot cancel the approval request (%s); it ends at its provider deadline, and an approval of it is never used."},
 	RulesUndecided: {corev1.EventTypeWarning, tg.ReasonPolicyEvaluationFailed, "EvaluateRules", "Tool %s's approval rules could not decide (%v); a human is asked instead."},
 	RuleApproved:   {corev1.EventTypeNormal, tg.ReasonPolicyApproved, "EvaluateRules", "Rule %s of the Tool's spec.approval approved the call; no human was asked."},
+	RequestIDNotOwn: {corev1.EventTypeWarning, tg.ReasonRequestNotOwn, "ConfirmRequest", "status.requestID named a request this call did not submit, and was not used: " +
+		"only the request submitted under the call's own idempotency key can start it. Check who may write toolcalls/status."},
+	RuleApprovalNotVerified: {corev1.EventTypeWarning, tg.ReasonDecisionNotVerified, "EvaluateRules", "status.decision recorded an approval by rule %s that the Tool's rules " +
+		"do not give, and was dropped: the call goes on as the rules decide. Check who may write toolcalls/status."},
 }
 
 // Row returns the event's data.
