@@ -175,8 +175,8 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 	if mismatch := lifecycle.ToolVersionMismatch(tc, tool); mismatch != "" {
 		return nil, lifecycle.ToolChangedBeforeSubmission.Status(mismatch), nil
 	}
-	if rej := acceptedProviderOf(tc, tool); rej != nil {
-		return nil, rej, nil
+	if rej, err := r.acceptedProviderOf(ctx, tc, tool); err != nil || rej != nil {
+		return nil, rej, err
 	}
 	adm, rej := r.applyRules(tc, tool)
 	if rej != nil {
@@ -193,24 +193,19 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 	return adm, nil, nil
 }
 
-// acceptedProviderOf checks the provider the record names against the Tool: its spec.providerRef, or,
-// without one, a default (the namespace's ApprovalProvider or the ClusterApprovalProvider named
-// default, or the manager's flags), which is all admission could have recorded.
-func acceptedProviderOf(tc *tg.ToolCall, tool *tg.Tool) *lifecycle.Status {
+// acceptedProviderOf checks the provider the record names against the Tool: what it resolves to now
+// (its spec.providerRef, or the first default that is not being deleted), or a default being deleted
+// ahead of it, which still serves the calls it has (providers.stillServes).
+func (r *ToolCallReconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, tool *tg.Tool) (*lifecycle.Status, error) {
 	k, err := acceptedProvider(tc)
 	if err != nil {
-		return notAccepted(err.Error())
+		return notAccepted(err.Error()), nil
 	}
-	if ref := tool.Spec.ProviderRef; ref != nil {
-		if k.kind != ref.Kind || k.name != ref.Name {
-			return notAccepted(fmt.Sprintf("annotation %s is %q while Tool %s names %s/%s in spec.providerRef", tg.AnnotationProvider, k.annotation(), tool.Name, ref.Kind, ref.Name))
-		}
-		return nil
+	ok, cur, err := r.providers.stillServes(ctx, tool, k)
+	if err != nil || ok {
+		return nil, err
 	}
-	if k != flagsProvider && k.name != tg.DefaultProviderName {
-		return notAccepted(fmt.Sprintf("annotation %s is %q while Tool %s has no spec.providerRef, so only a provider named %s could have been recorded", tg.AnnotationProvider, k.annotation(), tool.Name, tg.DefaultProviderName))
-	}
-	return nil
+	return notAccepted(fmt.Sprintf("annotation %s is %q while the calls of Tool %s go to %s", tg.AnnotationProvider, k.annotation(), tool.Name, cur)), nil
 }
 
 // ruleSuffix names the rule that decided, if one did.

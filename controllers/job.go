@@ -84,6 +84,21 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batch
 	if stop := lifecycle.RunGate(tc, tool, w, r.Timing, now); stop != nil {
 		return nil, stop, nil
 	}
+	if !decidedByPolicy(tc) {
+		// A human's approval counts from the provider the Tool's calls go to: the record is
+		// checked again, as the Tool's version is.
+		k, err := acceptedProvider(tc)
+		if err != nil {
+			return nil, nil, err
+		}
+		serves, cur, err := r.providers.stillServes(ctx, tool, k)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !serves {
+			return nil, lifecycle.ApprovedProviderChanged.Status(k, tool.Name, cur), nil
+		}
+	}
 	return buildJob(tc, tool, r.Timing.ActiveDeadline(w, now)), nil, nil
 }
 

@@ -133,6 +133,38 @@ func (p *providers) resolve(ctx context.Context, tool *tg.Tool) (providerKey, er
 	return flagsProvider, nil
 }
 
+// stillServes reports whether k, the provider a call of tool was accepted with, is still the one the
+// Tool's calls go to: the Tool's spec.providerRef, or in the chain of defaults (resolve), k comes
+// before any provider object that is not being deleted (a default being deleted serves the calls it
+// has until they end). Otherwise it also returns the provider that serves the Tool now. An acceptance
+// record naming another provider is one this controller did not write, or one written before the
+// approver pool changed (a namespace's default created since): either way its approval is not the
+// pool's that the Tool resolves to.
+func (p *providers) stillServes(ctx context.Context, tool *tg.Tool, k providerKey) (bool, providerKey, error) {
+	if tool.Spec.ProviderRef != nil {
+		cur, err := p.resolve(ctx, tool)
+		return cur == k, cur, err
+	}
+	chain := []providerKey{
+		{kind: tg.KindApprovalProvider, namespace: tool.Namespace, name: tg.DefaultProviderName},
+		{kind: tg.KindClusterApprovalProvider, name: tg.DefaultProviderName},
+	}
+	for _, c := range chain {
+		if c == k {
+			return true, k, nil
+		}
+		obj := newProviderObject(c.kind)
+		err := p.cache.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: c.name}, obj)
+		switch {
+		case err == nil && obj.GetDeletionTimestamp().IsZero():
+			return false, c, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return false, c, fmt.Errorf("reading %s: %w", c, err)
+		}
+	}
+	return k == flagsProvider, flagsProvider, nil
+}
+
 func newProviderObject(kind string) tg.GenericProvider {
 	if kind == tg.KindClusterApprovalProvider {
 		return &tg.ClusterApprovalProvider{}

@@ -167,3 +167,46 @@ func TestProviderObjectUsesOnlySecretsThatConsent(t *testing.T) {
 	credentialSecret(h, "payments-db", teamCredential, serves("team"))
 	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
 }
+
+// A ToolCall created with an acceptance record that names ClusterApprovalProvider/default, while the
+// namespace's ApprovalProvider/default serves its Tool's calls, is not put to that other approver
+// pool: the record is checked against what the Tool resolves to.
+func TestForgedRecordCannotChooseTheApproverPool(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	team := readyTeamProvider(h, tg.DefaultProviderName)
+	tool := h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	forged := versioned(record("5s", "60s"), tool)
+	forged[tg.AnnotationProvider] = tg.KindClusterApprovalProvider + "/" + tg.DefaultProviderName
+	forge(h, "refund", th.RefundArgs, 2*time.Minute, nil, forged)
+	flags := versioned(record("5s", "60s"), tool) // no provider annotation: the manager's flags
+	forge(h, "flags", th.RefundArgs, 2*time.Minute, nil, flags)
+
+	for _, name := range []string{"refund", "flags"} {
+		r := h.WaitPhase(name, tg.PhaseRejected)
+		g.Expect(r.Status.Reason).To(Equal(tg.ReasonAcceptanceRecordInvalid), name)
+		g.Expect(r.Status.Message).To(ContainSubstring("go to ApprovalProvider "+h.NS+"/default"), name)
+	}
+	// The withdrawal of a rejected record replays its submission where the record says it went, and
+	// cancels what that finds: nothing is left for anyone to decide.
+	expectNothingLeftPending(h)
+	g.Expect(team.List("")).To(BeEmpty())
+}
+
+// A human's approval from the provider a call was accepted with does not start the call once that
+// provider no longer serves the Tool's calls (here the namespace got its own default provider while
+// the call waited at the manager's): the approval is not the current approver pool's.
+func TestApprovalFromAProviderThatNoLongerServesTheToolDoesNotRun(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	readyTeamProvider(h, tg.DefaultProviderName)
+
+	h.Approve(req.ID, 5*time.Minute)
+	r := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
+	g.Expect(r.Status.Reason).To(Equal(tg.ReasonProviderChanged))
+	g.Expect(r.Status.Message).To(And(ContainSubstring("the manager's provider"), ContainSubstring("ApprovalProvider "+h.NS+"/default")))
+	g.Expect(h.Jobs()).To(BeEmpty())
+}

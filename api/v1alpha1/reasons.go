@@ -174,6 +174,10 @@ const (
 	// accepted; the approval covers the accepted version only, so the call does not run. Failed at the
 	// run gate, Cancelled while awaiting a decision, Rejected before the request was submitted.
 	ReasonToolChanged = "ToolChanged"
+	// ReasonProviderChanged: the call was approved at the provider it was accepted with, which no
+	// longer serves its Tool's calls (a namespace's default provider created since, or another
+	// spec.providerRef); the approval is not the current approver pool's, so the call does not run.
+	ReasonProviderChanged = "ProviderChanged"
 )
 
 // Denied.
