@@ -345,10 +345,11 @@ func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 
 	// Another provider object's instance, on the same receiver, notifies about this call's request:
 	// its signature is good, but the request is not its instance's, so nothing is recorded.
+	credentialSecret(h, "other-provisioner", teamProvisioner, serves("other"))
 	other := &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: h.NS},
 		Spec: tg.ApprovalProviderSpec{URL: e.url, AllowInsecureHTTP: true,
-			Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "team-provisioner", Key: "token"}},
+			Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "other-provisioner", Key: "token"}},
 			Delivery:     &tg.Delivery{ReceiverURL: e.receiverURL}},
 	}
 	g.Expect(h.K8s.Create(context.Background(), other)).To(Succeed())
@@ -612,4 +613,34 @@ func holdStatusWrites(hold func(*tg.ToolCall) bool, release <-chan struct{}) th.
 			}), nil
 		}
 	}
+}
+
+// Provider objects whose status claims the instance of team (a status written by someone else: the
+// manager refuses to record an instance another object holds) do not stop team's notifications: the
+// receiver tries every object that claims the instance, and only the one whose secret verifies the
+// message counts.
+func TestNotificationsFlowWhileOthersClaimTheInstance(t *testing.T) {
+	e := startAsync(t)
+	h, g := e.h, e.h.G
+	ctx := context.Background()
+	active := e.deliveryRegistered()
+	for _, name := range []string{"claim-a", "claim-b"} {
+		credentialSecret(h, name+"-signing", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", serves(name))
+		ap := approvalProvider(h, name, e.url, "no-such-credential")
+		g.Eventually(func() error {
+			if err := h.K8s.Get(ctx, client.ObjectKeyFromObject(ap), ap); err != nil {
+				return err
+			}
+			claimed := *active
+			claimed.RegistrationID, claimed.SecretName = uuid.NewString(), name+"-signing"
+			ap.Status.Delivery = &tg.DeliveryStatus{Active: &claimed}
+			return h.K8s.Status().Update(ctx, ap)
+		}).Should(Succeed())
+	}
+
+	e.approveRefund()
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	g.Expect(running.Status.Notification).NotTo(BeNil(), "woken by its notification")
+	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
+	g.Expect(e.team.Stats().DeliveryFailures).To(BeZero(), "the first attempt was verified")
 }

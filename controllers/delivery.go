@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -195,7 +196,8 @@ func truncate(s string, n int) string {
 const (
 	// registrationField indexes provider objects by the registration ids of their delivery status.
 	registrationField = "toolgate.dev/webhook-registration"
-	// instanceField indexes provider objects by the instances their registrations are for.
+	// instanceField indexes provider objects by the instances they hold (status.instance, the
+	// replaced ones) and their registrations are for.
 	instanceField = "toolgate.dev/webhook-instance"
 	// requestIDField indexes ToolCalls by their request id.
 	requestIDField = "toolgate.dev/request-id"
@@ -226,10 +228,20 @@ func indexProvidersByRegistration(o client.Object) []string {
 
 func indexProvidersByInstance(o client.Object) []string {
 	var out []string
-	for _, r := range deliveryRegistrations(o) {
-		if r.InstanceID != "" {
-			out = append(out, r.InstanceID)
+	add := func(id string) {
+		if id != "" && !slices.Contains(out, id) {
+			out = append(out, id)
 		}
+	}
+	for _, r := range deliveryRegistrations(o) {
+		add(r.InstanceID)
+	}
+	st := o.(tg.GenericProvider).GetStatus()
+	if st.Instance != nil {
+		add(st.Instance.ID)
+	}
+	for _, old := range st.ReplacedInstances {
+		add(old.ID)
 	}
 	return out
 }

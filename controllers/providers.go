@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -433,80 +432,4 @@ func keyOr(key, def string) string {
 		return def
 	}
 	return key
-}
-
-// consentLabel is the label by which a Secret consents to serve provider objects of k's kind.
-func consentLabel(k providerKey) string {
-	if k.kind == tg.KindClusterApprovalProvider {
-		return tg.LabelClusterProvider
-	}
-	return tg.LabelProvider
-}
-
-// consents reports whether Secret s serves provider object k, whose UID is uid: it carries k's
-// consent label naming k, or k owns it.
-func consents(s *corev1.Secret, k providerKey, uid types.UID) bool {
-	if s.Labels[consentLabel(k)] == k.name {
-		return true
-	}
-	for _, o := range s.OwnerReferences {
-		if uid != "" && o.UID == uid && o.Kind == k.kind {
-			return true
-		}
-	}
-	return false
-}
-
-// consentedSecret reads Secret name for provider object k (UID uid), live: Secrets are not cached,
-// so that the manager holds none of them in memory and needs only get on them. A Secret that does not
-// consent to serve k is answered as one that does not exist, with the same words: whoever writes
-// provider objects learns nothing of the Secrets they cannot read.
-func (p *providers) consentedSecret(ctx context.Context, k providerKey, uid types.UID, name types.NamespacedName, what, key string) (*corev1.Secret, error) {
-	s := &corev1.Secret{}
-	err := p.live.Get(ctx, name, s)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading Secret %s: %s", name, apierrors.ReasonForError(err))
-	}
-	if err != nil || !consents(s, k, uid) {
-		return nil, fmt.Errorf("no Secret %s serves %s: create it with %s under key %q and the label %s=%s, by which a Secret consents to serve this object",
-			name, k, what, key, consentLabel(k), k.name)
-	}
-	return s, nil
-}
-
-// secretValue reads one key of a Secret that consents to serve provider object k (UID uid).
-func (p *providers) secretValue(ctx context.Context, k providerKey, uid types.UID, name types.NamespacedName, key string) (string, error) {
-	s, err := p.consentedSecret(ctx, k, uid, name, "the credential", key)
-	if err != nil {
-		return "", err
-	}
-	v := strings.TrimSpace(string(s.Data[key]))
-	if v == "" {
-		return "", fmt.Errorf("Secret %s has no key %q, or it is empty: put the credential there", name, key)
-	}
-	return v, nil
-}
-
-// caBundle reads the PEM bundle a caBundleRef names.
-func (p *providers) caBundle(ctx context.Context, k providerKey, uid types.UID, ref *tg.CABundleRef) ([]byte, error) {
-	key := keyOr(ref.Key, "ca.crt")
-	name := types.NamespacedName{Namespace: p.namespaceOf(k), Name: ref.Name}
-	if ref.Kind == "ConfigMap" {
-		cm := &corev1.ConfigMap{}
-		if err := p.live.Get(ctx, name, cm); err != nil {
-			return nil, fmt.Errorf("reading the CA bundle's ConfigMap %s: %w", name, err)
-		}
-		if v := cm.Data[key]; v != "" {
-			return []byte(v), nil
-		}
-		return nil, fmt.Errorf("ConfigMap %s has no key %q holding the CA bundle", name, key)
-	}
-	s, err := p.consentedSecret(ctx, k, uid, name, "the CA bundle", key)
-	if err != nil {
-		return nil, err
-	}
-	if v := s.Data[key]; len(v) > 0 {
-		return v, nil
-	}
-	return nil, fmt.Errorf("Secret %s has no key %q holding the CA bundle", name, key)
 }

@@ -96,6 +96,14 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 	if err != nil {
 		return provisionFailed(err)
 	}
+	if holder, err := r.instanceHolder(ctx, obj, got.Instance.ID); err != nil || holder != "" {
+		if err != nil {
+			return tg.ReasonProvisioningFailed, fmt.Sprintf("The instance the provider issued could not be checked against the other provider objects: %v.", err)
+		}
+		return tg.ReasonProvisioningFailed, fmt.Sprintf("The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
+			"(the requests and notifications of one would be taken for the other's), so it was not recorded. Point spec.url at a provisioner that issues this object an instance of its own.",
+			got.Instance.ID, holder)
+	}
 	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: provisionedSecretName(obj, replaces)}
 	owned := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{consentLabel(k): obj.GetName()}},
@@ -287,4 +295,28 @@ type deleting struct{ predicate.Funcs }
 
 func (deleting) Update(e event.UpdateEvent) bool {
 	return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+}
+
+// instanceHolder names the provider object other than obj that holds instance id (as its instance, a
+// replaced one, or in a delivery registration), "" when none does.
+func (r *ProviderReconciler) instanceHolder(ctx context.Context, obj tg.GenericProvider, id string) (string, error) {
+	aps := &tg.ApprovalProviderList{}
+	if err := r.List(ctx, aps, client.MatchingFields{instanceField: id}); err != nil {
+		return "", err
+	}
+	for i := range aps.Items {
+		if aps.Items[i].UID != obj.GetUID() {
+			return fmt.Sprintf("ApprovalProvider %s/%s", aps.Items[i].Namespace, aps.Items[i].Name), nil
+		}
+	}
+	caps := &tg.ClusterApprovalProviderList{}
+	if err := r.List(ctx, caps, client.MatchingFields{instanceField: id}); err != nil {
+		return "", err
+	}
+	for i := range caps.Items {
+		if caps.Items[i].UID != obj.GetUID() {
+			return "ClusterApprovalProvider " + caps.Items[i].Name, nil
+		}
+	}
+	return "", nil
 }

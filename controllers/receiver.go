@@ -148,21 +148,27 @@ func (rc *Receiver) handle(ctx context.Context, w http.ResponseWriter, req *http
 // verify answers a verification message: only for a registration a provider object proposed, for the
 // instance it proposed it for, signed with its secret.
 func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	k, obj, err := rc.providerBy(ctx, registrationField, m.RegistrationID)
+	claims, err := rc.providersBy(ctx, registrationField, m.RegistrationID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
 	var reg *tg.WebhookRegistration
-	if obj != nil {
-		if d := obj.GetStatus().Delivery; d != nil && d.Proposed != nil && d.Proposed.RegistrationID == m.RegistrationID {
+	var checked error
+	for _, c := range claims {
+		d := c.obj.GetStatus().Delivery
+		if d == nil || d.Proposed == nil || d.Proposed.RegistrationID != m.RegistrationID {
+			continue
+		}
+		if checked = rc.check(ctx, c.k, c.obj, d.Proposed, m, body, h); checked == nil {
 			reg = d.Proposed
+			break
 		}
 	}
-	if reg == nil {
+	switch {
+	case reg == nil && checked == nil:
 		return answer{status: http.StatusForbidden, outcome: "unknown_registration", err: fmt.Errorf("no provider object proposed registration %s", m.RegistrationID)}
-	}
-	if err := rc.check(ctx, k, obj, reg, m, body, h); err != nil {
-		return answer{status: statusOf(err), outcome: outcomeOf(err), err: err}
+	case reg == nil:
+		return answer{status: statusOf(checked), outcome: outcomeOf(checked), err: checked}
 	}
 	if m.InstanceID != reg.InstanceID {
 		return answer{status: http.StatusForbidden, outcome: "unknown_registration", err: fmt.Errorf("registration %s is for instance %s, not %s", reg.RegistrationID, reg.InstanceID, m.InstanceID)}
@@ -173,16 +179,23 @@ func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byt
 // notify records a notification on the ToolCall whose request it names. A notification for a call
 // that ended, or for a request no call has, is acknowledged and dropped: nothing waits for it.
 func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	k, obj, err := rc.providerBy(ctx, instanceField, m.InstanceID)
+	claims, err := rc.providersBy(ctx, instanceField, m.InstanceID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
-	if obj == nil {
+	if len(claims) == 0 {
 		return answer{status: http.StatusUnauthorized, outcome: "unauthenticated", err: fmt.Errorf("no registration of instance %s", m.InstanceID)}
 	}
+	var k providerKey
 	var verr error = fmt.Errorf("%w: no registration of instance %s verifies it", aapwebhook.ErrUnauthenticated, m.InstanceID)
-	for _, reg := range rc.registrationsOf(obj, m.InstanceID) {
-		if verr = rc.check(ctx, k, obj, reg, m, body, h); verr == nil {
+	for _, c := range claims {
+		for _, reg := range rc.registrationsOf(c.obj, m.InstanceID) {
+			if verr = rc.check(ctx, c.k, c.obj, reg, m, body, h); verr == nil {
+				k = c.k
+				break
+			}
+		}
+		if verr == nil {
 			break
 		}
 	}
@@ -289,25 +302,34 @@ func outcomeOf(err error) string {
 	return "unavailable"
 }
 
-// providerBy finds the provider object whose delivery status holds value under index field.
-func (rc *Receiver) providerBy(ctx context.Context, field, value string) (providerKey, tg.GenericProvider, error) {
+// claim is a provider object found by one of its registrations or instances.
+type claim struct {
+	k   providerKey
+	obj tg.GenericProvider
+}
+
+// providersBy finds the provider objects whose status holds value under index field. Provisioning
+// refuses an instance another object holds, but a status can be written by others: every object
+// that claims the value is tried, and only a message one of them verifies counts.
+func (rc *Receiver) providersBy(ctx context.Context, field, value string) ([]claim, error) {
+	var out []claim
 	aps := &tg.ApprovalProviderList{}
 	if err := rc.Cache.List(ctx, aps, client.MatchingFields{field: value}); err != nil {
-		return providerKey{}, nil, err
+		return nil, err
 	}
-	if len(aps.Items) > 0 {
-		ap := &aps.Items[0]
-		return providerKey{kind: tg.KindApprovalProvider, namespace: ap.Namespace, name: ap.Name}, ap, nil
+	for i := range aps.Items {
+		ap := &aps.Items[i]
+		out = append(out, claim{providerKey{kind: tg.KindApprovalProvider, namespace: ap.Namespace, name: ap.Name}, ap})
 	}
 	caps := &tg.ClusterApprovalProviderList{}
 	if err := rc.Cache.List(ctx, caps, client.MatchingFields{field: value}); err != nil {
-		return providerKey{}, nil, err
+		return nil, err
 	}
-	if len(caps.Items) > 0 {
-		cap := &caps.Items[0]
-		return providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap, nil
+	for i := range caps.Items {
+		cap := &caps.Items[i]
+		out = append(out, claim{providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap})
 	}
-	return providerKey{}, nil, nil
+	return out, nil
 }
 
 // callOf finds the unfinished ToolCall whose request the notification names, submitted to its

@@ -2,6 +2,8 @@ package controllers_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -209,4 +212,44 @@ func TestApprovalFromAProviderThatNoLongerServesTheToolDoesNotRun(t *testing.T) 
 	g.Expect(r.Status.Reason).To(Equal(tg.ReasonProviderChanged))
 	g.Expect(r.Status.Message).To(And(ContainSubstring("the manager's provider"), ContainSubstring("ApprovalProvider "+h.NS+"/default")))
 	g.Expect(h.Jobs()).To(BeEmpty())
+}
+
+// A provisioner that answers with an instance another provider object holds (so that the receiver
+// would check that object's genuine notifications against this one's secrets) is refused: the
+// instance is not recorded, and the object's Ready condition says why.
+func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	ctx := context.Background()
+	_, url := startTeamProvider(h)
+	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
+	provisionedProvider(h, "team", url, "team-provisioner")
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	victim := &tg.ApprovalProvider{}
+	g.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "team"}, victim)).To(Succeed())
+	g.Expect(victim.Status.Instance).NotTo(BeNil())
+	id := victim.Status.Instance.ID
+
+	// The hostile provisioner issues the victim's instance id to whoever asks.
+	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-ID", "a3e0c1d2-0000-4000-8000-000000000001")
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/instances" {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"instance":{"id":"` + id + `","name":"evil"},"credential":{"token":"tg-evil-credential"}}`))
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":{"type":"not_found","code":"not_found","message":"no","request_id":"a3e0c1d2-0000-4000-8000-000000000001"}}`))
+	}))
+	t.Cleanup(hostile.Close)
+	credentialSecret(h, "evil-provisioner", "tg-evil-provisioner", serves("evil"))
+	provisionedProvider(h, "evil", hostile.URL, "evil-provisioner")
+
+	refused := providerReady(h, "evil", metav1.ConditionFalse, tg.ReasonProvisioningFailed)
+	g.Expect(refused.Message).To(And(ContainSubstring("instance "+id), ContainSubstring("ApprovalProvider "+h.NS+"/team already holds")))
+	evil := &tg.ApprovalProvider{}
+	g.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "evil"}, evil)).To(Succeed())
+	g.Expect(evil.Status.Instance).To(BeNil(), "the instance is not recorded")
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
 }
