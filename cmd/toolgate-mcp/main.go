@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -38,6 +40,8 @@ func main() {
 		audience, resourceURL       string
 		stdio, unauthenticated      bool
 		sessionTimeout              time.Duration
+		maxSessions                 int
+		tlsCert, tlsKey             string
 		o                           mcpgateway.Options
 	)
 	flag.StringVar(&listen, "listen", "127.0.0.1:8090", "Address of the streamable HTTP endpoint (served at every path, e.g. http://127.0.0.1:8090/mcp).")
@@ -47,9 +51,12 @@ func main() {
 	flag.DurationVar(&o.Timeout, "approval-timeout", 0, "Each ToolCall's spec.timeout (approval timeout); 0 lets the controller choose the largest that fits.")
 	flag.BoolVar(&o.Progress, "progress", true, "Send notifications/progress with the ToolCall's phase to clients that ask for progress.")
 	flag.DurationVar(&o.PingInterval, "ping-interval", mcpgateway.DefaultPingInterval, "How often a call in progress over HTTP pings its client; a client that is gone has its call abandoned within two intervals (negative: never ping).")
-	flag.DurationVar(&sessionTimeout, "session-timeout", 0, "Close HTTP sessions idle for this long (0: never).")
-	flag.StringVar(&audience, "token-audience", "toolgate-mcp", "Over HTTP, the audience callers' bearer tokens must be issued for (e.g. a projected ServiceAccount token with this audience).")
-	flag.StringVar(&resourceURL, "url", "", "Over HTTP, the endpoint as clients reach it, e.g. https://toolgate-mcp.payments.svc:8090/mcp (the resource of the OAuth protected resource metadata a 401 names). Default: http://<--listen>/mcp.")
+	flag.DurationVar(&sessionTimeout, "session-timeout", 30*time.Minute, "Close HTTP sessions idle for this long (0: never).")
+	flag.IntVar(&maxSessions, "max-sessions-per-caller", mcpgateway.DefaultMaxSessionsPerCaller, "Over HTTP, the most sessions one authenticated caller may hold at once; another is refused (429).")
+	flag.StringVar(&audience, "token-audience", "", "Over HTTP, the audience callers' bearer tokens must be issued for (e.g. a projected ServiceAccount token with this audience). Default: the --url, so that a token issued for one gateway is not accepted by another.")
+	flag.StringVar(&resourceURL, "url", "", "Over HTTP, the endpoint as clients reach it, e.g. https://toolgate-mcp.payments.svc:8090/mcp (the resource of the OAuth protected resource metadata a 401 names). Default: http(s)://<--listen>/mcp.")
+	flag.StringVar(&tlsCert, "tls-cert-file", "", "Serve HTTPS with this PEM certificate (and --tls-key-file), read again when it changes; without it, plain HTTP (only behind something that terminates TLS).")
+	flag.StringVar(&tlsKey, "tls-key-file", "", "The PEM private key of --tls-cert-file.")
 	flag.BoolVar(&unauthenticated, "unauthenticated", false, "Over HTTP, do not authenticate callers: every ToolCall is created as the gateway's own identity. Only behind something that authenticates them.")
 	flag.StringVar(&logLevel, "log-level", "", "Log level: debug, info, warn (the same as info) or error; default info (debug with --zap-devel). The same as --zap-log-level, which also takes a number (more verbose than debug): give one of the two.")
 	zapOpts := zap.Options{}
@@ -93,14 +100,24 @@ func main() {
 	if err != nil {
 		fail(1, "building the Kubernetes client: %v", err)
 	}
+	if (tlsCert == "") != (tlsKey == "") {
+		fail(2, "--tls-cert-file and --tls-key-file go together: give both to serve HTTPS, or neither")
+	}
+	if maxSessions <= 0 {
+		fail(2, "--max-sessions-per-caller must be positive, e.g. %d", mcpgateway.DefaultMaxSessionsPerCaller)
+	}
+	urlScheme := "http"
+	if tlsCert != "" {
+		urlScheme = "https"
+	}
+	if resourceURL == "" {
+		resourceURL = urlScheme + "://" + listen + "/mcp"
+	}
 	if !stdio && !unauthenticated {
 		if audience == "" {
-			fail(2, "--token-audience is empty: pass the audience callers' tokens are issued for, e.g. toolgate-mcp (or --unauthenticated)")
+			audience = resourceURL
 		}
-		if resourceURL == "" {
-			resourceURL = "http://" + listen + "/mcp"
-		}
-		o.Auth = &mcpgateway.Auth{Config: cfg, Audiences: []string{audience}, ResourceURL: resourceURL}
+		o.Auth = &mcpgateway.Auth{Config: cfg, Audiences: []string{audience}, ResourceURL: resourceURL, MaxSessionsPerCaller: maxSessions}
 	}
 	g, err := mcpgateway.New(c, namespace, o)
 	if err != nil {
@@ -145,7 +162,20 @@ func main() {
 		Handler:           g.HTTPHandler(&mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	logger.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "namespace", namespace, "authenticated", o.Auth != nil)
+	if tlsCert != "" {
+		cw, err := certwatcher.New(tlsCert, tlsKey)
+		if err != nil {
+			fail(1, "--tls-cert-file %s, --tls-key-file %s: %v", tlsCert, tlsKey, err)
+		}
+		go func() {
+			if err := cw.Start(run); err != nil {
+				logger.Error(err, "watching the TLS certificate stopped")
+			}
+		}()
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	logger.Info("serving MCP over streamable HTTP", "url", urlScheme+"://"+ln.Addr().String()+"/mcp", "namespace", namespace, "authenticated", o.Auth != nil)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

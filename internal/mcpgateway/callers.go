@@ -56,6 +56,13 @@ type Auth struct {
 	// AccessCacheTTL is how long an answer to "may this caller call this tool" is reused. Default
 	// DefaultAccessCacheTTL.
 	AccessCacheTTL time.Duration
+	// MaxSessionsPerCaller bounds the sessions one caller holds at once; a new one beyond it is
+	// refused (429). Default DefaultMaxSessionsPerCaller.
+	MaxSessionsPerCaller int
+	// InvalidTokenCacheTTL is how long a token the apiserver refused is refused again without asking
+	// it (a flood of bad tokens costs one TokenReview each per TTL). Default
+	// DefaultInvalidTokenCacheTTL.
+	InvalidTokenCacheTTL time.Duration
 }
 
 // callers holds what authenticating callers needs.
@@ -64,6 +71,7 @@ type callers struct {
 	kube     kubernetes.Interface
 	metaURL  string
 	access   *utilcache.LRUExpireCache // access key -> bool
+	refused  *utilcache.LRUExpireCache // tokenKey -> error of a token the apiserver refused
 	clients  *utilcache.LRUExpireCache // user key -> *toolcall.Client
 	metadata *oauthex.ProtectedResourceMetadata
 }
@@ -92,6 +100,12 @@ func newCallers(a *Auth) (*callers, error) {
 	if a.AccessCacheTTL <= 0 {
 		a.AccessCacheTTL = DefaultAccessCacheTTL
 	}
+	if a.MaxSessionsPerCaller <= 0 {
+		a.MaxSessionsPerCaller = DefaultMaxSessionsPerCaller
+	}
+	if a.InvalidTokenCacheTTL <= 0 {
+		a.InvalidTokenCacheTTL = DefaultInvalidTokenCacheTTL
+	}
 	meta := *u
 	meta.Path = "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/")
 	meta.RawQuery, meta.Fragment = "", ""
@@ -100,6 +114,7 @@ func newCallers(a *Auth) (*callers, error) {
 		kube:    kube,
 		metaURL: meta.String(),
 		access:  utilcache.NewLRUExpireCache(4096),
+		refused: utilcache.NewLRUExpireCache(4096),
 		clients: utilcache.NewLRUExpireCache(256),
 		metadata: &oauthex.ProtectedResourceMetadata{
 			Resource:               a.ResourceURL,
@@ -128,8 +143,22 @@ func (cs *callers) handler(next http.Handler) http.Handler {
 	})
 }
 
-// verify reviews a bearer token with the apiserver.
-func (cs *callers) verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+// verify reviews a bearer token with the apiserver; a token it refused is refused again for
+// InvalidTokenCacheTTL without asking.
+func (cs *callers) verify(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+	key := tokenKey(token)
+	if v, ok := cs.refused.Get(key); ok {
+		return nil, v.(error)
+	}
+	ti, err := cs.review(ctx, token)
+	if errors.Is(err, auth.ErrInvalidToken) {
+		cs.refused.Add(key, err, cs.InvalidTokenCacheTTL)
+	}
+	return ti, err
+}
+
+// review asks the apiserver who token's bearer is (TokenReview).
+func (cs *callers) review(ctx context.Context, token string) (*auth.TokenInfo, error) {
 	tr, err := cs.kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: cs.Audiences},
 	}, metav1.CreateOptions{})

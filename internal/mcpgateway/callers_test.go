@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"context"
 	"crypto"
+	"crypto/tls"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/rsa"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +39,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/pkg/toolcall"
+	"toolgate.dev/toolgate/test/testcert"
 	"toolgate.dev/toolgate/test/testenv"
 	th "toolgate.dev/toolgate/test/testharness"
 )
@@ -55,9 +58,17 @@ func newAuthWorld(t *testing.T) *world {
 // newAuthWorldWith is newAuthWorld with the gateway's options o (its Auth is set here).
 func newAuthWorldWith(t *testing.T, o Options) *world {
 	t.Helper()
-	o.Auth = &Auth{Audiences: []string{testAudience}}
+	if o.Auth == nil {
+		o.Auth = &Auth{}
+	}
+	o.Auth.Audiences = []string{testAudience}
 	return newWorldAs(t, o, func(h *th.Harness) *rest.Config {
 		cfg := gatewayIdentity(h)
+		if o.Auth.Config != nil {
+			// The test's wrapping of the gateway's identity (o.Auth.Config.WrapTransport).
+			cfg = rest.CopyConfig(cfg)
+			cfg.WrapTransport = o.Auth.Config.WrapTransport
+		}
 		g := h.G
 		g.Expect(h.K8s.Create(context.Background(), &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: "mcp-gateway"},
@@ -418,4 +429,115 @@ func TestCommandAuthenticatesHTTPCallers(t *testing.T) {
 
 	serve("--unauthenticated", "--url", "https://gateway.example/mcp")
 	g.Expect(w.initialize("").StatusCode).To(Equal(http.StatusOK))
+}
+
+// A session is opened only for a caller who may call some Tool of the namespace, and one caller holds
+// at most MaxSessionsPerCaller at once; a token the apiserver refused is refused again for a while
+// without another TokenReview. The official TypeScript SDK client sees the refusal at connect.
+func TestGatewayLimitsWhoOpensSessions(t *testing.T) {
+	var reviews atomic.Int64
+	counting := &rest.Config{WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasSuffix(r.URL.Path, "/tokenreviews") {
+				reviews.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	}}
+	w := newAuthWorldWith(t, Options{WaitingLimit: 10 * time.Minute, Auth: &Auth{Config: counting, MaxSessionsPerCaller: 2}})
+	g := w.G
+	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	agent := w.serviceAccount("agent", testAudience, mayCallRule("issue_refund"), agentRule)
+	idle := w.serviceAccount("idle", testAudience, agentRule) // may create ToolCalls, but call no Tool
+
+	// No grant, no session: refused at initialize, by the TypeScript SDK client as by a plain POST.
+	g.Expect(w.initialize(idle).StatusCode).To(Equal(http.StatusForbidden))
+	ts := w.startTSAgent("issue_refund", th.RefundArgs, idle)
+	g.Eventually(ts.lines).WithTimeout(30 * time.Second).Should(ContainElement(And(HavePrefix("error "), ContainSubstring("may call no Tool in namespace"))))
+
+	// At most two sessions per caller; ending one makes room.
+	first := w.initialize(agent)
+	g.Expect(first.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(w.initialize(agent).StatusCode).To(Equal(http.StatusOK))
+	g.Expect(w.initialize(agent).StatusCode).To(Equal(http.StatusTooManyRequests))
+	end, err := http.NewRequest(http.MethodDelete, w.url, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	end.Header.Set("Authorization", "Bearer "+agent)
+	end.Header.Set("Mcp-Session-Id", first.Header.Get("Mcp-Session-Id"))
+	resp, err := http.DefaultClient.Do(end)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusNoContent))
+	g.Expect(w.initialize(agent).StatusCode).To(Equal(http.StatusOK))
+
+	// A refused token costs one TokenReview, however often it is sent within the TTL.
+	bad := w.token("agent", "another-gateway")
+	before := reviews.Load()
+	for range 5 {
+		g.Expect(w.initialize(bad).StatusCode).To(Equal(http.StatusUnauthorized))
+	}
+	g.Expect(reviews.Load() - before).To(BeEquivalentTo(1))
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Without --token-audience the command accepts only tokens issued for its own --url, so a token sent
+// to one gateway is not accepted by another; with --tls-cert-file and --tls-key-file it serves HTTPS
+// only, with that certificate.
+func TestCommandHasAnAudienceOfItsOwnAndServesTLS(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	w := &world{Harness: h}
+	addr, err := th.FreeAddr()
+	g.Expect(err).NotTo(HaveOccurred())
+	ca := testcert.NewCA(t, "gateway CA")
+	certFile, keyFile := testcert.WriteKeyPair(t, t.TempDir(), ca.ServerCert(t))
+	self := "https://" + addr + "/mcp"
+	var stderr strings.Builder
+	cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), "--listen", addr, "--namespace", h.NS, "--kubeconfig", kubeconfig,
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile)
+	cmd.Stderr = &stderr
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("toolgate-mcp stderr:\n%s", stderr.String())
+		}
+	})
+	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	g.Eventually(func() error {
+		resp, err := httpsClient.Get("https://" + addr + "/.well-known/oauth-protected-resource/mcp")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	// Plain HTTP gets only the TLS server's refusal.
+	plain, err := http.Get("http://" + addr + "/.well-known/oauth-protected-resource/mcp")
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = plain.Body.Close()
+	g.Expect(plain.StatusCode).To(Equal(http.StatusBadRequest), "no plain HTTP beside HTTPS")
+
+	initialize := func(token string) int {
+		req, err := http.NewRequest(http.MethodPost, self, strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := httpsClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	own := w.serviceAccount("agent", self, mayCallRule("issue_refund"), agentRule)
+	g.Expect(initialize(own)).To(Equal(http.StatusOK), "a token for the gateway's own URL")
+	g.Expect(initialize(w.token("agent", testAudience))).To(Equal(http.StatusUnauthorized), "a token for the audience every gateway once shared")
 }

@@ -103,6 +103,8 @@ type Gateway struct {
 	publishedMu sync.Mutex
 	published   map[string]string // MCP tool name -> JSON of the registered definition
 
+	sessions sessionOwners // who opened each HTTP session
+
 	inflightMu sync.Mutex
 	inflight   map[string]map[*inflightCall]struct{} // session id -> calls in progress
 	closed     bool

@@ -34,6 +34,18 @@ func (g *Gateway) HTTPHandler(opts *mcp.StreamableHTTPOptions) http.Handler {
 				g.abandonSession(id, ownerOf(auth.TokenInfoFromContext(r.Context())))
 			}
 		}
+		if g.callers != nil && r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			// A new session (initialize): only for a caller who may call a Tool, within its limit.
+			if !g.admitSession(w, r) {
+				return
+			}
+			sw := &sessionWriter{ResponseWriter: w}
+			h.ServeHTTP(sw, r)
+			if sw.id != "" {
+				g.sessions.add(sw.id, ownerOf(auth.TokenInfoFromContext(r.Context())))
+			}
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 	if g.callers != nil {

@@ -403,7 +403,7 @@ func FinishJob(ctx context.Context, c client.Client, ns, jobName string, succeed
 		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: ns, Labels: job.Spec.Template.Labels,
 			// Owned by the Job, as the Job controller makes them: the manager reads only the Job's own Pods.
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
-		Spec:       *job.Spec.Template.Spec.DeepCopy(),
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
 	}
 	if err := c.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
 		// A repeated call (the first one failed later on): finish the Pod it created.
