@@ -96,7 +96,7 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batch
 			return nil, nil, err
 		}
 		if !serves {
-			return nil, lifecycle.ApprovedProviderChanged.Status(k, tool.Name, cur), nil
+			return nil, lifecycle.ApprovedProviderChanged.Status(tool.Name, k, cur), nil
 		}
 	}
 	return buildJob(tc, tool, r.Timing.ActiveDeadline(w, now)), nil, nil

@@ -220,16 +220,22 @@ func reSigned(g *WithT, token string, shift time.Duration) string {
 // initialize sends an MCP initialize request with the given bearer token ("" for none).
 func (w *world) initialize(token string) *http.Response {
 	w.T.Helper()
-	req, err := http.NewRequest(http.MethodPost, w.url, strings.NewReader(
+	return initializeWith(w.G, http.DefaultClient, w.url, token)
+}
+
+// initializeWith sends an MCP initialize request to url with c and the given bearer token ("" for
+// none).
+func initializeWith(g Gomega, c *http.Client, url, token string) *http.Response {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-	w.G.Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	w.G.Expect(err).NotTo(HaveOccurred())
+	resp, err := c.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp
@@ -384,28 +390,14 @@ func TestOnlyItsCallerEndsASession(t *testing.T) {
 // The command authenticates its HTTP callers by default, for --token-audience, and names the
 // metadata of --url (by default the --listen address) in its challenge; --unauthenticated does not.
 func TestCommandAuthenticatesHTTPCallers(t *testing.T) {
-	h := th.New(t, env)
-	g := h.G
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	kubeconfig, err := env.Kubeconfig(t.TempDir())
-	g.Expect(err).NotTo(HaveOccurred())
-	w := &world{Harness: h}
+	w, kubeconfig := commandWorld(t)
+	h, g := w.Harness, w.G
 	token := w.serviceAccount("agent", "payments-gateway", mayCallRule("issue_refund"), agentRule)
 
 	serve := func(extra ...string) string {
 		addr, err := th.FreeAddr()
 		g.Expect(err).NotTo(HaveOccurred())
-		var stderr strings.Builder
-		cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), append([]string{"--listen", addr, "--namespace", h.NS, "--kubeconfig", kubeconfig}, extra...)...)
-		cmd.Stderr = &stderr
-		g.Expect(cmd.Start()).To(Succeed())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("toolgate-mcp stderr:\n%s", stderr.String())
-			}
-		})
+		startCommand(t, g, append([]string{"--listen", addr, "--namespace", h.NS, "--kubeconfig", kubeconfig}, extra...)...)
 		w.url = "http://" + addr + "/mcp"
 		g.Eventually(func() error {
 			resp, err := http.Get("http://" + addr + "/.well-known/oauth-protected-resource/mcp")
@@ -487,29 +479,14 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // to one gateway is not accepted by another; with --tls-cert-file and --tls-key-file it serves HTTPS
 // only, with that certificate.
 func TestCommandHasAnAudienceOfItsOwnAndServesTLS(t *testing.T) {
-	h := th.New(t, env)
-	g := h.G
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	kubeconfig, err := env.Kubeconfig(t.TempDir())
-	g.Expect(err).NotTo(HaveOccurred())
-	w := &world{Harness: h}
+	w, kubeconfig := commandWorld(t)
+	h, g := w.Harness, w.G
 	addr, err := th.FreeAddr()
 	g.Expect(err).NotTo(HaveOccurred())
 	ca := testcert.NewCA(t, "gateway CA")
 	certFile, keyFile := testcert.WriteKeyPair(t, t.TempDir(), ca.ServerCert(t))
 	self := "https://" + addr + "/mcp"
-	var stderr strings.Builder
-	cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), "--listen", addr, "--namespace", h.NS, "--kubeconfig", kubeconfig,
-		"--tls-cert-file", certFile, "--tls-key-file", keyFile)
-	cmd.Stderr = &stderr
-	g.Expect(cmd.Start()).To(Succeed())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("toolgate-mcp stderr:\n%s", stderr.String())
-		}
-	})
+	startCommand(t, g, "--listen", addr, "--namespace", h.NS, "--kubeconfig", kubeconfig, "--tls-cert-file", certFile, "--tls-key-file", keyFile)
 	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	g.Eventually(func() error {
 		resp, err := httpsClient.Get("https://" + addr + "/.well-known/oauth-protected-resource/mcp")
@@ -524,20 +501,34 @@ func TestCommandHasAnAudienceOfItsOwnAndServesTLS(t *testing.T) {
 	_ = plain.Body.Close()
 	g.Expect(plain.StatusCode).To(Equal(http.StatusBadRequest), "no plain HTTP beside HTTPS")
 
-	initialize := func(token string) int {
-		req, err := http.NewRequest(http.MethodPost, self, strings.NewReader(
-			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-		g.Expect(err).NotTo(HaveOccurred())
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := httpsClient.Do(req)
-		g.Expect(err).NotTo(HaveOccurred())
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode
-	}
+	initialize := func(token string) int { return initializeWith(g, httpsClient, self, token).StatusCode }
 	own := w.serviceAccount("agent", self, mayCallRule("issue_refund"), agentRule)
 	g.Expect(initialize(own)).To(Equal(http.StatusOK), "a token for the gateway's own URL")
 	g.Expect(initialize(w.token("agent", testAudience))).To(Equal(http.StatusUnauthorized), "a token for the audience every gateway once shared")
+}
+
+// startCommand runs toolgate-mcp with args until the test ends, and logs its stderr if the test failed.
+func startCommand(t *testing.T, g Gomega, args ...string) {
+	t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command(th.Binary(t, "./cmd/toolgate-mcp"), args...)
+	cmd.Stderr = &stderr
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("toolgate-mcp stderr:\n%s", stderr.String())
+		}
+	})
+}
+
+// commandWorld is a world with the refund Tool for tests that run the command, and a kubeconfig for
+// it.
+func commandWorld(t *testing.T) (*world, string) {
+	h := th.New(t, env)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	h.G.Expect(err).NotTo(HaveOccurred())
+	return &world{Harness: h}, kubeconfig
 }

@@ -73,7 +73,7 @@ const (
 	// ApprovedToolChanged: approved, but the Tool is no longer the accepted version (how it differs).
 	ApprovedToolChanged
 	// ApprovedProviderChanged: approved by the provider the call was accepted with, which no longer
-	// serves the Tool's calls (that provider, the Tool, the one that serves them now).
+	// serves the Tool's calls (the Tool, that provider, the one that serves them now).
 	ApprovedProviderChanged
 
 	// HumanDenied: a human denied the call without a note.
@@ -187,8 +187,8 @@ var table = [outcomes]Row{
 	NoDecisionWithdrawn: {tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained: no decision arrived before the waiting limit, so the request was withdrawn.", DidNotRun},
 	ApprovedTooLate: {tg.PhaseApprovalUnavailable, tg.ReasonWaitingLimitReached, "Approval could not be obtained in time: the approval arrived after the waiting limit left room to run the tool.",
 		DidNotRun},
-	ApprovedProviderChanged: {tg.PhaseApprovalUnavailable, tg.ReasonProviderChanged, "Approval could not be obtained from the approver pool of Tool %[2]s: the approval came from %[1]s, " +
-		"while the Tool's calls now go to %[3]s. Create the ToolCall again to ask them.", DidNotRun},
+	ApprovedProviderChanged: {tg.PhaseApprovalUnavailable, tg.ReasonProviderChanged, "Approval could not be obtained from the approver pool of Tool %s: the approval came from %s, " +
+		"while the Tool's calls now go to %s. Create the ToolCall again to ask them.", DidNotRun},
 	UntrustedSubmitAnswer: {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the provider's answer to the submission could not be trusted (%s).", DidNotRun},
 	UntrustedAnswer:       {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the provider's answer could not be trusted (%s).", DidNotRun},
 	DecisionNotApproval:   {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the recorded decision is not an approval.", DidNotRun},
