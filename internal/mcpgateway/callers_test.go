@@ -3,11 +3,11 @@ package mcpgateway
 import (
 	"context"
 	"crypto"
-	"crypto/tls"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
