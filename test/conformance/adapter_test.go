@@ -37,7 +37,7 @@ func TestAdapter1_AuthenticatesAsTheInstanceAndSubmitsTheCallAccurately(t *testi
 	w := newWorld(t, nil)
 	g := w.G
 	w.Tool("lookup-order", "lookup_order", "")
-	richArgs := `{"query":"naïve café ☕ \"quoted\" <tag>","limit":10,"ratio":0.25,"big":12345678901234567,"nested":{"B":[1,"two",null,true,{"x":[]}],"a":{}}}`
+	richArgs := `{"query":"naïve café ☕ \"quoted\" <tag>","limit":10,"ratio":0.25,"big":9007199254740991,"nested":{"B":[1,"two",null,true,{"x":[]}],"a":{}}}`
 	cases := []struct {
 		name, tool, args string
 		timeout          *time.Duration
