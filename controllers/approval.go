@@ -280,6 +280,17 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, sc *scope, w Window, re
 // settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
 // nil when the request is cancelled.
 func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
+	ref, cur, err := r.ownRef(ctx, sc, ref)
+	switch {
+	case err != nil:
+		return false, ctrl.Result{}, err
+	case cur != nil && cur.Status != provider.StatusCancelled && provider.IsTerminal(cur.Status):
+		res, err := r.applyDecision(ctx, sc, cur)
+		return true, res, err
+	case cur != nil && cur.Status == provider.StatusCancelled:
+		recordRequest(sc.tc, cur)
+		return false, ctrl.Result{}, nil
+	}
 	req, err := r.providerOf(sc.tc).Cancel(ctx, ref)
 	switch {
 	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
@@ -292,6 +303,28 @@ func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref p
 		return true, res, err
 	}
 	return false, ctrl.Result{}, err
+}
+
+// ownRef is ref naming the call's own request before it is cancelled: the id the provider answered
+// this reconcile's submission with, or else the one the idempotent submission under the call's key
+// answers with now, which it also returns (cur). status.requestID is only a hint here: whoever may
+// write the status could point it at another call's request, whose cancellation would leave this
+// call's own pending for a human nobody waits for.
+func (r *ToolCallReconciler) ownRef(ctx context.Context, sc *scope, ref provider.Ref) (provider.Ref, *provider.Request, error) {
+	if sc.own != "" {
+		ref.ID = sc.own
+		return ref, nil, nil
+	}
+	acc, err := sc.accepted()
+	if err != nil {
+		return ref, nil, err
+	}
+	cur, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
+	if err != nil {
+		return ref, nil, err
+	}
+	sc.own, ref.ID = cur.ID, cur.ID
+	return ref, cur, nil
 }
 
 // applyDecision records the provider's terminal answer and acts on it.

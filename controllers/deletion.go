@@ -52,27 +52,21 @@ func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, sc *scope) (ct
 	return ctrl.Result{}, r.removeFinalizer(ctx, tc)
 }
 
-// cancelPending cancels the ToolCall's request, recovering its id with the idempotent submission
-// when it was never recorded.
+// cancelPending cancels the ToolCall's own request, whose id the idempotent submission recovers.
 // It returns the status the request ended with: cancelled, or the decision it held already.
 func (r *ToolCallReconciler) cancelPending(ctx context.Context, sc *scope) (string, error) {
-	acc, err := sc.accepted()
-	if err != nil {
-		return "", err
-	}
 	ref, err := sc.ref()
 	if err != nil {
 		return "", err
 	}
-	if ref.ID == "" {
-		req, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
-		if err != nil {
-			return "", err
-		}
-		if provider.IsTerminal(req.Status) {
-			return req.Status, nil
-		}
-		ref.ID = req.ID
+	// The id is recovered with the idempotent submission whether or not the status records one: the
+	// request to cancel is the one submitted under the call's own key (ownRef).
+	ref, cur, err := r.ownRef(ctx, sc, ref)
+	if err != nil {
+		return "", err
+	}
+	if cur != nil && provider.IsTerminal(cur.Status) {
+		return cur.Status, nil
 	}
 	req, err := r.providerOf(sc.tc).Cancel(ctx, ref)
 	if err != nil {

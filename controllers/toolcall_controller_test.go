@@ -214,8 +214,8 @@ func TestProviderExpiryIsApprovalUnavailableNotDenied(t *testing.T) {
 }
 
 // Polling stops at deadline_at + margin; 5xx on every poll is retried and never read as expiry; at
-// that point the request is cancelled, and the provider's final state (expired) is reported as
-// approval unavailable.
+// that point the call's own request is looked up to be cancelled (the idempotent submission under its
+// key), and the provider's final state it holds (expired) is reported as approval unavailable.
 func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
 	h := th.New(t, env, th.WithPollWait(time.Second))
 	g := h.G
@@ -224,11 +224,8 @@ func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
 	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 503, Probability: 1})).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(3*time.Second))
 	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
-	// At deadline_at + final-state margin the controller gives up and cancels. The request has
-	// expired, so the DELETE answers 409 already_terminal, and the controller reads the request to
-	// learn which outcome it holds: that read is let through.
-	g.Eventually(func() int64 { return h.Provider.Stats().Cancels }).Should(BeNumerically(">=", 1))
-	h.Provider.Faults().Clear()
+	// At deadline_at + final-state margin the controller gives up: the submission replayed to name
+	// the request to cancel finds it expired, and nothing is left to cancel.
 	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
 	g.Expect(u.Status.Reason).To(Equal(tg.ReasonProviderExpired))
 	g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
@@ -241,7 +238,8 @@ func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
 	g.Expect(stalled.Reason).To(Equal(tg.ReasonProviderExpired))
 	st := h.Provider.Stats()
 	g.Expect(st.Faults[reference.FaultError5xx]).To(BeNumerically(">=", 1))
-	g.Expect(st.Cancels).To(BeNumerically(">=", 1))
+	g.Expect(st.Submits).To(BeNumerically(">=", 2), "the submission, and its replay at the give-up")
+	g.Expect(st.Creates).To(BeEquivalentTo(1))
 	g.Expect(h.Jobs()).To(BeEmpty())
 }
 
@@ -257,6 +255,7 @@ func TestOwnLimitReachedOnAnUnreachableProvider(t *testing.T) {
 	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	g.Expect(h.Provider.Faults().Set(
 		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
+		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
 		reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
 	)).To(Succeed())
 	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
@@ -264,9 +263,10 @@ func TestOwnLimitReachedOnAnUnreachableProvider(t *testing.T) {
 	g.Expect(u.Status.Message).To(ContainSubstring("could not be obtained"))
 	g.Expect(strings.ToLower(u.Status.Message)).NotTo(ContainSubstring("denied"))
 	ready := meta.FindStatusCondition(u.Status.Conditions, tg.ConditionReady)
-	// The cancel keeps failing, in both profiles, until the limit.
+	// The cancel (first the replayed submission that names the call's own request) keeps failing,
+	// in both profiles, until the limit.
 	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.CreationTimestamp.Add(8*time.Second)))
-	g.Expect(h.Provider.Stats().Responses[reference.OpCancel][http.StatusBadGateway]).To(BeNumerically(">=", 1))
+	g.Expect(h.Provider.Stats().Responses[reference.OpSubmit][http.StatusBadGateway]).To(BeNumerically(">=", 1))
 	g.Expect(h.Jobs()).To(BeEmpty())
 }
 

@@ -253,3 +253,27 @@ func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
 	g.Expect(evil.Status.Instance).To(BeNil(), "the instance is not recorded")
 	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
 }
+
+// A call whose status.requestID was pointed at another call's request withdraws its own request when
+// it is deleted, not the other's: nothing is left pending for a human nobody waits for, and the
+// other call keeps its request.
+func TestDeletionWithdrawsTheCallsOwnRequest(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.ToolCall("second", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	first := h.PendingRequest("first")
+	second := h.PendingRequest("second")
+
+	forgeStatus(h, "second", func(tc *tg.ToolCall) { tc.Status.RequestID = first.ID })
+	g.Expect(h.K8s.Delete(context.Background(), h.Get("second"))).To(Succeed())
+	h.WaitGone("second", 30*time.Second)
+	own, err := h.Provider.Get(second.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(own.Status).To(Equal(h.WithdrawnStatus()), "the deleted call's own request is withdrawn")
+	other, err := h.Provider.Get(first.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(other.Status).To(Equal(provider.StatusPending), "the other call's request is untouched")
+	g.Expect(h.Get("first").Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+}

@@ -266,7 +266,8 @@ func (w *world) connectAs(token string) *mcp.ClientSession {
 func TestHTTPCallersAreAuthenticatedWithServiceAccountTokens(t *testing.T) {
 	w := newAuthWorld(t)
 	g := w.G
-	valid := w.serviceAccount("agent", testAudience)
+	w.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	valid := w.serviceAccount("agent", testAudience, mayCallRule("issue_refund"))
 	wantChallenge := `Bearer resource_metadata="` + strings.Replace(w.url, "/mcp", "/.well-known/oauth-protected-resource/mcp", 1) + `"`
 
 	for name, token := range map[string]string{
@@ -316,7 +317,10 @@ func TestCallersListAndCallOnlyTheirToolsAndActAsThemselves(t *testing.T) {
 	}
 	g.Expect(names(refunder)).To(Equal([]string{"issue_refund", "lookup_order"}))
 	g.Expect(names(noCreate)).To(Equal([]string{"issue_refund"}))
-	g.Expect(names(nobody)).To(BeEmpty())
+	// A caller that may call none of them opens no session at all.
+	_, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "v1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: w.url, HTTPClient: &http.Client{Transport: bearer{nobody}}}, nil)
+	g.Expect(err).To(MatchError(ContainSubstring("Forbidden")))
 
 	// A call of a tool the caller may not call is refused before any ToolCall exists.
 	cs := w.connectAs(refunder)
