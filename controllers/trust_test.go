@@ -73,11 +73,7 @@ func TestForgedPolicyApprovalInStatusStartsNothing(t *testing.T) {
 func TestRequestIDOfAnotherCallsApprovalStartsNothing(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	h.ToolCall("second", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	first := h.PendingRequest("first")
-	second := h.PendingRequest("second")
+	first, second := twoPendingRefunds(h)
 	h.Approve(first.ID, 5*time.Minute)
 	h.WaitPhase("first", tg.PhaseRunning)
 
@@ -260,11 +256,7 @@ func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
 func TestDeletionWithdrawsTheCallsOwnRequest(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	h.ToolCall("second", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	first := h.PendingRequest("first")
-	second := h.PendingRequest("second")
+	first, second := twoPendingRefunds(h)
 
 	forgeStatus(h, "second", func(tc *tg.ToolCall) { tc.Status.RequestID = first.ID })
 	g.Expect(h.K8s.Delete(context.Background(), h.Get("second"))).To(Succeed())
@@ -276,4 +268,14 @@ func TestDeletionWithdrawsTheCallsOwnRequest(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(other.Status).To(Equal(provider.StatusPending), "the other call's request is untouched")
 	g.Expect(h.Get("first").Status.Phase).To(Equal(tg.PhaseAwaitingApproval))
+}
+
+// twoPendingRefunds creates the refund Tool and two ToolCalls of the same arguments, first and second,
+// and returns their pending requests.
+func twoPendingRefunds(h *th.Harness) (first, second provider.Request) {
+	h.T.Helper()
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	h.ToolCall("second", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	return h.PendingRequest("first"), h.PendingRequest("second")
 }
