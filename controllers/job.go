@@ -170,11 +170,11 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Re
 		imageUnavailableFailed(tc, job)
 		return ctrl.Result{}, nil
 	}
-	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing the Pods of Job %s: %w", key.Name, err)
+	pods, err := jobPods(ctx, r.APIReader, tc, job)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	tc.Status.Result = terminationMessage(podsOf(job, pods.Items))
+	tc.Status.Result = terminationMessage(pods)
 	switch {
 	case end.succeeded:
 		setStatus(tc, lifecycle.JobSucceeded.Status())
@@ -189,15 +189,14 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Re
 // observePods says in the status when the tool's container cannot start for want of its image, and
 // when that ends. The Pods are read from the cache, which holds only the Pods of Toolgate's Jobs.
 func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, job *batchv1.Job) error {
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
-		return fmt.Errorf("listing the Pods of Job %s: %w", job.Name, err)
+	pods, err := jobPods(ctx, r, tc, job)
+	if err != nil {
+		return err
 	}
-	owned := podsOf(job, pods.Items)
-	switch w := waitingForImage(job, owned); {
+	switch w := waitingForImage(job, pods); {
 	case w != nil:
 		imageUnavailable(tc, w)
-	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(owned):
+	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(pods):
 		// The image arrived and the tool started. Until a container is seen started the wait is
 		// still the last word: the Job's deadline kills a waiting container without starting it.
 		markRunning(tc, job.Name)
@@ -205,17 +204,21 @@ func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, j
 	return nil
 }
 
-// podsOf keeps the Pods the Job controls. The label selects the candidates, but anyone who may
-// create Pods in the namespace can label one with a ToolCall's UID: only the Job's own Pods speak for
-// the tool, so such a Pod can neither supply the result nor report an image wait.
-func podsOf(job *batchv1.Job, pods []corev1.Pod) []corev1.Pod {
-	owned := make([]corev1.Pod, 0, len(pods))
-	for _, p := range pods {
+// jobPods lists, from c, the Pods of tc's Job. The ToolCall's UID label selects the candidates, but
+// anyone who may create Pods in the namespace can label one with it: only the Pods the Job controls
+// speak for the tool, so such a Pod can neither supply the result nor report an image wait.
+func jobPods(ctx context.Context, c client.Reader, tc *tg.ToolCall, job *batchv1.Job) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
+		return nil, fmt.Errorf("listing the Pods of Job %s: %w", job.Name, err)
+	}
+	owned := make([]corev1.Pod, 0, len(pods.Items))
+	for _, p := range pods.Items {
 		if owner := metav1.GetControllerOf(&p); owner != nil && owner.UID == job.UID {
 			owned = append(owned, p)
 		}
 	}
-	return owned
+	return owned, nil
 }
 
 // JobName derives the Job's name from the ToolCall: its name (shortened) and a hash of its UID, so a

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -113,11 +114,10 @@ func (p *providers) resolve(ctx context.Context, tool *tg.Tool) (providerKey, er
 		}
 		return providerKey{kind: ref.Kind, name: ref.Name}, nil
 	}
-	candidates := []providerKey{
-		{kind: tg.KindApprovalProvider, namespace: tool.Namespace, name: tg.DefaultProviderName},
-		{kind: tg.KindClusterApprovalProvider, name: tg.DefaultProviderName},
-	}
-	for _, k := range candidates {
+	for _, k := range defaultChain(tool) {
+		if k == flagsProvider {
+			break
+		}
 		obj := newProviderObject(k.kind)
 		err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj)
 		switch {
@@ -132,36 +132,32 @@ func (p *providers) resolve(ctx context.Context, tool *tg.Tool) (providerKey, er
 	return flagsProvider, nil
 }
 
+// defaultChain is the order in which resolve tries the providers of a Tool without
+// spec.providerRef: the namespace's ApprovalProvider named default, the ClusterApprovalProvider named
+// default, the manager's flags.
+func defaultChain(tool *tg.Tool) []providerKey {
+	return []providerKey{
+		{kind: tg.KindApprovalProvider, namespace: tool.Namespace, name: tg.DefaultProviderName},
+		{kind: tg.KindClusterApprovalProvider, name: tg.DefaultProviderName},
+		flagsProvider,
+	}
+}
+
 // stillServes reports whether k, the provider a call of tool was accepted with, is still the one the
-// Tool's calls go to: the Tool's spec.providerRef, or in the chain of defaults (resolve), k comes
-// before any provider object that is not being deleted (a default being deleted serves the calls it
-// has until they end). Otherwise it also returns the provider that serves the Tool now. An acceptance
+// Tool's calls go to, and returns the provider resolve picks now (cur): k is cur, or, for a Tool
+// without spec.providerRef, a default that comes before cur in the chain, which resolve passed over
+// because it is being deleted (it serves the calls it has until they end) or is gone. An acceptance
 // record naming another provider is one this controller did not write, or one written before the
 // approver pool changed (a namespace's default created since): either way its approval is not the
 // pool's that the Tool resolves to.
 func (p *providers) stillServes(ctx context.Context, tool *tg.Tool, k providerKey) (bool, providerKey, error) {
-	if tool.Spec.ProviderRef != nil {
-		cur, err := p.resolve(ctx, tool)
-		return cur == k, cur, err
+	cur, err := p.resolve(ctx, tool)
+	if err != nil || cur == k || tool.Spec.ProviderRef != nil {
+		return err == nil && cur == k, cur, err
 	}
-	chain := []providerKey{
-		{kind: tg.KindApprovalProvider, namespace: tool.Namespace, name: tg.DefaultProviderName},
-		{kind: tg.KindClusterApprovalProvider, name: tg.DefaultProviderName},
-	}
-	for _, c := range chain {
-		if c == k {
-			return true, k, nil
-		}
-		obj := newProviderObject(c.kind)
-		err := p.cache.Get(ctx, types.NamespacedName{Namespace: c.namespace, Name: c.name}, obj)
-		switch {
-		case err == nil && obj.GetDeletionTimestamp().IsZero():
-			return false, c, nil
-		case err != nil && !apierrors.IsNotFound(err):
-			return false, c, fmt.Errorf("reading %s: %w", c, err)
-		}
-	}
-	return k == flagsProvider, flagsProvider, nil
+	chain := defaultChain(tool)
+	at := slices.Index(chain, k)
+	return at >= 0 && at < slices.Index(chain, cur), cur, nil
 }
 
 func newProviderObject(kind string) tg.GenericProvider {
