@@ -83,11 +83,10 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 	if res, waiting, err := r.awaitProvider(ctx, sc, acc.Window); waiting || err != nil {
 		return res, err
 	}
-	req, err := r.providerOf(tc).Submit(ctx, acc.Submission)
+	req, err := r.submitOwn(ctx, sc, acc)
 	if err != nil {
 		return r.submitFailed(ctx, sc, acc.Window, err)
 	}
-	sc.own = req.ID
 	recordRequest(tc, req)
 	if provider.IsTerminal(req.Status) {
 		// A decision in the POST response is applied at once, without polling.
@@ -280,18 +279,15 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, sc *scope, w Window, re
 // settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
 // nil when the request is cancelled.
 func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
-	ref, cur, err := r.ownRef(ctx, sc, ref)
-	switch {
-	case err != nil:
+	// The submission that names the call's own request may find it ended already: its answer then
+	// stands for the cancel's.
+	ref, req, err := r.ownRef(ctx, sc, ref)
+	if err != nil {
 		return false, ctrl.Result{}, err
-	case cur != nil && cur.Status != provider.StatusCancelled && provider.IsTerminal(cur.Status):
-		res, err := r.applyDecision(ctx, sc, cur)
-		return true, res, err
-	case cur != nil && cur.Status == provider.StatusCancelled:
-		recordRequest(sc.tc, cur)
-		return false, ctrl.Result{}, nil
 	}
-	req, err := r.providerOf(sc.tc).Cancel(ctx, ref)
+	if req == nil || !provider.IsTerminal(req.Status) {
+		req, err = r.providerOf(sc.tc).Cancel(ctx, ref)
+	}
 	switch {
 	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
 		res, err := r.applyDecision(ctx, sc, req)
@@ -319,12 +315,23 @@ func (r *ToolCallReconciler) ownRef(ctx context.Context, sc *scope, ref provider
 	if err != nil {
 		return ref, nil, err
 	}
-	cur, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
+	cur, err := r.submitOwn(ctx, sc, acc)
 	if err != nil {
 		return ref, nil, err
 	}
-	sc.own, ref.ID = cur.ID, cur.ID
+	ref.ID = cur.ID
 	return ref, cur, nil
+}
+
+// submitOwn submits the call's request under its own idempotency key (a replay answers with the
+// request as it is now) and notes the id the provider answered with as the call's own.
+func (r *ToolCallReconciler) submitOwn(ctx context.Context, sc *scope, acc lifecycle.Acceptance) (*provider.Request, error) {
+	req, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
+	if err != nil {
+		return nil, err
+	}
+	sc.own = req.ID
+	return req, nil
 }
 
 // applyDecision records the provider's terminal answer and acts on it.
@@ -368,11 +375,10 @@ func (r *ToolCallReconciler) confirmOwnRequest(ctx context.Context, sc *scope, s
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	own, err := r.providerOf(tc).Submit(ctx, acc.Submission)
+	own, err := r.submitOwn(ctx, sc, acc)
 	if err != nil {
 		return r.submitFailed(ctx, sc, acc.Window, err)
 	}
-	sc.own = own.ID
 	if own.ID != seen.ID {
 		logf.FromContext(ctx).Info("status.requestID named a request this call did not submit; following the call's own request",
 			"recorded", seen.ID, "own", own.ID)

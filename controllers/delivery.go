@@ -226,6 +226,37 @@ func indexProvidersByRegistration(o client.Object) []string {
 	return out
 }
 
+// claim is a provider object found by one of its registrations or instances.
+type claim struct {
+	k   providerKey
+	obj tg.GenericProvider
+}
+
+// providersBy finds, in c, the provider objects of both kinds whose status holds value under index
+// field (registrationField, instanceField). Provisioning refuses an instance another object holds,
+// but a status can be written by others: the receiver tries every object that claims a value, and
+// only a message one of them verifies counts.
+func providersBy(ctx context.Context, c client.Reader, field, value string) ([]claim, error) {
+	var out []claim
+	aps := &tg.ApprovalProviderList{}
+	if err := c.List(ctx, aps, client.MatchingFields{field: value}); err != nil {
+		return nil, err
+	}
+	for i := range aps.Items {
+		ap := &aps.Items[i]
+		out = append(out, claim{providerKey{kind: tg.KindApprovalProvider, namespace: ap.Namespace, name: ap.Name}, ap})
+	}
+	caps := &tg.ClusterApprovalProviderList{}
+	if err := c.List(ctx, caps, client.MatchingFields{field: value}); err != nil {
+		return nil, err
+	}
+	for i := range caps.Items {
+		cap := &caps.Items[i]
+		out = append(out, claim{providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap})
+	}
+	return out, nil
+}
+
 func indexProvidersByInstance(o client.Object) []string {
 	var out []string
 	add := func(id string) {

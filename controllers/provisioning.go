@@ -300,22 +300,13 @@ func (deleting) Update(e event.UpdateEvent) bool {
 // instanceHolder names the provider object other than obj that holds instance id (as its instance, a
 // replaced one, or in a delivery registration), "" when none does.
 func (r *ProviderReconciler) instanceHolder(ctx context.Context, obj tg.GenericProvider, id string) (string, error) {
-	aps := &tg.ApprovalProviderList{}
-	if err := r.List(ctx, aps, client.MatchingFields{instanceField: id}); err != nil {
+	claims, err := providersBy(ctx, r.Client, instanceField, id)
+	if err != nil {
 		return "", err
 	}
-	for i := range aps.Items {
-		if aps.Items[i].UID != obj.GetUID() {
-			return fmt.Sprintf("ApprovalProvider %s/%s", aps.Items[i].Namespace, aps.Items[i].Name), nil
-		}
-	}
-	caps := &tg.ClusterApprovalProviderList{}
-	if err := r.List(ctx, caps, client.MatchingFields{instanceField: id}); err != nil {
-		return "", err
-	}
-	for i := range caps.Items {
-		if caps.Items[i].UID != obj.GetUID() {
-			return "ClusterApprovalProvider " + caps.Items[i].Name, nil
+	for _, c := range claims {
+		if c.obj.GetUID() != obj.GetUID() {
+			return c.k.String(), nil
 		}
 	}
 	return "", nil

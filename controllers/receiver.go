@@ -148,7 +148,7 @@ func (rc *Receiver) handle(ctx context.Context, w http.ResponseWriter, req *http
 // verify answers a verification message: only for a registration a provider object proposed, for the
 // instance it proposed it for, signed with its secret.
 func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	claims, err := rc.providersBy(ctx, registrationField, m.RegistrationID)
+	claims, err := providersBy(ctx, rc.Cache, registrationField, m.RegistrationID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
@@ -179,7 +179,7 @@ func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byt
 // notify records a notification on the ToolCall whose request it names. A notification for a call
 // that ended, or for a request no call has, is acknowledged and dropped: nothing waits for it.
 func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	claims, err := rc.providersBy(ctx, instanceField, m.InstanceID)
+	claims, err := providersBy(ctx, rc.Cache, instanceField, m.InstanceID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
@@ -300,36 +300,6 @@ func outcomeOf(err error) string {
 		return "unauthenticated"
 	}
 	return "unavailable"
-}
-
-// claim is a provider object found by one of its registrations or instances.
-type claim struct {
-	k   providerKey
-	obj tg.GenericProvider
-}
-
-// providersBy finds the provider objects whose status holds value under index field. Provisioning
-// refuses an instance another object holds, but a status can be written by others: every object
-// that claims the value is tried, and only a message one of them verifies counts.
-func (rc *Receiver) providersBy(ctx context.Context, field, value string) ([]claim, error) {
-	var out []claim
-	aps := &tg.ApprovalProviderList{}
-	if err := rc.Cache.List(ctx, aps, client.MatchingFields{field: value}); err != nil {
-		return nil, err
-	}
-	for i := range aps.Items {
-		ap := &aps.Items[i]
-		out = append(out, claim{providerKey{kind: tg.KindApprovalProvider, namespace: ap.Namespace, name: ap.Name}, ap})
-	}
-	caps := &tg.ClusterApprovalProviderList{}
-	if err := rc.Cache.List(ctx, caps, client.MatchingFields{field: value}); err != nil {
-		return nil, err
-	}
-	for i := range caps.Items {
-		cap := &caps.Items[i]
-		out = append(out, claim{providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap})
-	}
-	return out, nil
 }
 
 // callOf finds the unfinished ToolCall whose request the notification names, submitted to its
