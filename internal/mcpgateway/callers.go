@@ -145,7 +145,7 @@ func (cs *callers) handler(next http.Handler) http.Handler {
 
 // verify reviews a bearer token with the apiserver; a token it refused is refused again for
 // InvalidTokenCacheTTL without asking.
-func (cs *callers) verify(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+func (cs *callers) verify(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 	key := tokenKey(token)
 	if v, ok := cs.refused.Get(key); ok {
 		return nil, v.(error)

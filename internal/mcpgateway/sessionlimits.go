@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -42,11 +40,11 @@ func (s *sessionOwners) opened(server *mcp.Server, caller string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, id := range slices.Collect(maps.Keys(s.owner)) {
+	for id, owner := range s.owner {
 		switch {
 		case !live[id]:
 			delete(s.owner, id)
-		case s.owner[id] == caller:
+		case owner == caller:
 			n++
 		}
 	}
