@@ -28,6 +28,8 @@ import (
 type goneCalls struct {
 	mu    sync.Mutex
 	calls map[types.NamespacedName]goneCall
+	// cursor is the watch position up to which every removal held here was withdrawn (gonereplay.go).
+	cursor goneCursor
 }
 
 type goneCall struct {
@@ -35,8 +37,10 @@ type goneCall struct {
 	seen time.Time
 }
 
-// add records tc, unless a withdrawal of the same ToolCall is already held.
-func (g *goneCalls) add(tc *tg.ToolCall, now time.Time) {
+// add records tc, unless a withdrawal of the same ToolCall is already held; before is the watch
+// position before its removal (nil: the latest seen).
+func (g *goneCalls) add(tc *tg.ToolCall, now time.Time, before *uint64) {
+	g.cursor.hold(tc.UID, tc.ResourceVersion, before)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.calls == nil {
@@ -57,6 +61,7 @@ func (g *goneCalls) get(key types.NamespacedName) (goneCall, bool) {
 }
 
 func (g *goneCalls) done(key types.NamespacedName, uid types.UID) {
+	g.cursor.release(uid)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c, ok := g.calls[key]; ok && c.tc.UID == uid {
@@ -72,15 +77,25 @@ func removedDespiteFinalizer(tc *tg.ToolCall) bool {
 }
 
 // recordGone is the watch handler that holds every ToolCall removed despite the finalizer for
-// withdrawGone, and enqueues it (after holding it: the For watch's own enqueue may come first).
+// withdrawGone, and enqueues it (after holding it: the For watch's own enqueue may come first). It
+// follows the watch's position for the saved cursor (gonereplay.go).
 func (r *ToolCallReconciler) recordGone() handler.EventHandler {
 	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.gone.cursor.observe(e.Object.GetResourceVersion())
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.gone.cursor.observe(e.ObjectNew.GetResourceVersion())
+		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			tc, ok := e.Object.(*tg.ToolCall)
 			if !ok || !removedDespiteFinalizer(tc) {
+				if e.Object != nil {
+					r.gone.cursor.observe(e.Object.GetResourceVersion())
+				}
 				return
 			}
-			r.gone.add(tc, r.Clock.Now())
+			r.gone.add(tc, r.Clock.Now(), nil)
 			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tc)})
 		},
 	}

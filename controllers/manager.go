@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -223,6 +224,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		providers:               provs,
+		goneNamespace:           cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace),
+		namespaces:              o.Namespaces,
 	}
 	r.rules = rules
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -49,6 +49,10 @@ type ToolCallReconciler struct {
 	handed   *handedNotes
 	// elected is closed once this replica leads, and its reconciles run.
 	elected <-chan struct{}
+	// goneNamespace holds the Lease with the position of withdrawn removals (gonereplay.go);
+	// namespaces are those whose ToolCalls the manager serves (all when empty).
+	goneNamespace string
+	namespaces    []string
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -143,7 +147,7 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if apierrors.IsNotFound(perr) {
 			// Removed despite the finalizer (gone.go): hold what this reconcile knows (the request
 			// it may have just submitted) and withdraw it.
-			r.gone.add(tc, r.Clock.Now())
+			r.gone.add(tc, r.Clock.Now(), nil)
 			return ctrl.Result{}, r.withdrawGone(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, errors.Join(err, perr)
@@ -240,6 +244,10 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.notified = make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
+	replayed := make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
+	if err := r.addGoneReplay(mgr, replayed); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
 		Watches(&tg.ToolCall{}, r.recordGone()).
@@ -254,6 +262,8 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A notification the receiver takes is a decision to read: it is queued as the waiter's are,
 		// at once (handOver, whose reconcile records it), and again when the watch shows it recorded.
 		WatchesRawSource(source.Channel(r.notified, enqueueFirst())).
+		// Removals despite the finalizer that a replay found (gonereplay.go).
+		WatchesRawSource(source.Channel(replayed, enqueueFirst())).
 		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
 		// polls and notifications.

@@ -223,15 +223,20 @@ cmd_install() {
   running || die "the cluster is not running: hack/cluster.sh up"
   export KUBECONFIG="${kubeconfig}"
   local cred="${state}/provider-credential" token="${state}/provisioner-token" approvers="${state}/approvers" who
-  for who in "${cred}" "${token}" "${state}/alice-credential" "${state}/bob-credential"; do
+  local admin="${state}/provider-admin-credential"
+  for who in "${cred}" "${token}" "${admin}" "${state}/alice-credential" "${state}/bob-credential"; do
     [[ -s "${who}" ]] || (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"${who}")
   done
-  # Two approvers of the reference provider, each seeing the requests of one instance only (the e2e
-  # suite's two teams provision instances of these names).
-  (umask 077 && printf 'alice %s instances=e2e-team-a\nbob %s instances=e2e-team-b\n' "$(cat "${state}/alice-credential")" "$(cat "${state}/bob-credential")" >"${approvers}")
+  # Two approvers of the reference provider, each scoped to no instance: the e2e suite's two teams
+  # provision theirs, and the admin grants each approver their team's instance by id.
+  (umask 077 && printf 'alice %s instances=\nbob %s instances=\n' "$(cat "${state}/alice-credential")" "$(cat "${state}/bob-credential")" >"${approvers}")
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
     --from-file=provisioner-token="${token}" --from-file=approvers="${approvers}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The reference provider's admin credential (its admin API and approval page) in a Secret of its own,
+  # which serves no provider object: the manager never reads it.
+  kubectl -n toolgate-system create secret generic toolgate-provider-admin --from-file=credential="${admin}" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # Its consent to serve the ClusterApprovalProvider default (config/dev), which reads its provisioner token.
   kubectl -n toolgate-system label secret toolgate-provider-credential --overwrite toolgate.dev/cluster-approval-provider=default >/dev/null
   # The manager's webhook receiver (config/receiver): its certificate, and the CA the provider trusts.

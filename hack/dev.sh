@@ -43,7 +43,7 @@ state="$(dirname "${state}")"
 dev="${state#"${root}"/}" # printed paths are relative to the repository root when they can be
 export KUBECONFIG="${state}/kubeconfig"
 provider_url=http://10.96.0.10:8085 # the reference provider's Service (config/dev)
-credential="${dev}/provider-credential"
+admin="${dev}/provider-admin-credential" # the reference provider's admin credential (hack/cluster.sh install)
 
 total_start=${SECONDS}
 cleanup() {
@@ -143,9 +143,9 @@ wait_phase "${toolcall}" AwaitingApproval
 request_id="$(kubectl get toolcall "${toolcall}" -o jsonpath='{.status.requestID}')"
 kubectl get toolcall "${toolcall}" -o wide
 echo
-bin/reference-provider list --url "${provider_url}" --credential-file "${credential}"
+bin/reference-provider list --url "${provider_url}" --credential-file "${admin}"
 
-decide="bin/reference-provider decide --url ${provider_url} --credential-file ${credential} --id ${request_id}"
+decide="bin/reference-provider decide --url ${provider_url} --credential-file ${admin} --id ${request_id}"
 cat <<EOF2
 
 ==> The refund is waiting for a human decision (approval request ${request_id})
@@ -158,13 +158,14 @@ cat <<EOF2
     Or deny it:
       ${decide} --deny --note "Not a duplicate charge."
 
-    Or decide in the browser (the approval page, served by the provider's Pod; the link signs you in once):
-      ${provider_url}/ui/?token=$(cat "${credential}")
+    Or decide in the browser (the approval page, served by the provider's Pod): open
+      ${provider_url}/ui/
+    and sign in with the admin credential in ${admin}.
 
     Follow it:
       kubectl --kubeconfig ${dev}/kubeconfig get toolcalls -o wide -w
     Pending approval requests:
-      bin/reference-provider list --url ${provider_url} --credential-file ${credential}
+      bin/reference-provider list --url ${provider_url} --credential-file ${admin}
 
     Logs: kubectl --kubeconfig ${dev}/kubeconfig -n toolgate-system logs deploy/toolgate-controller-manager
           (and deploy/toolgate-reference-provider); the cluster's components: ${dev}/logs/

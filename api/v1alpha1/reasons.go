@@ -60,6 +60,10 @@ const (
 	// records that no request was ever submitted for the call, so none is recovered or withdrawn after
 	// a crash, even once the Tool (and with it the rule) has changed.
 	AnnotationApprovalRule = "toolgate.dev/approval-rule"
+	// AnnotationGoneCursor, on the manager's Lease toolgate-gone-cursor, is the position in the ToolCall
+	// watch (a resourceVersion) up to which every ToolCall the apiserver removed despite its finalizer
+	// has had its request withdrawn; a new leader replays the removals since.
+	AnnotationGoneCursor = "toolgate.dev/gone-cursor"
 )
 
 // Reasons of an ApprovalProvider's or ClusterApprovalProvider's Ready condition.

@@ -23,7 +23,7 @@ func TestDecideRecordsTheApprover(t *testing.T) {
 	g := NewWithT(t)
 	bin := th.Binary(t, "./cmd/reference-provider")
 	dir := t.TempDir()
-	credFile := writeCredential(t)
+	credFile, adminFile := writeCredential(t), writeAdminCredential(t)
 	approvers := filepath.Join(dir, "approvers")
 	g.Expect(os.WriteFile(approvers, []byte("# name credential\nalice alice-credential\n\nbob bob-credential\n"), 0o600)).To(Succeed())
 	aliceFile, strangerFile := filepath.Join(dir, "alice"), filepath.Join(dir, "stranger")
@@ -31,7 +31,7 @@ func TestDecideRecordsTheApprover(t *testing.T) {
 	g.Expect(os.WriteFile(strangerFile, []byte("nobody-has-this\n"), 0o600)).To(Succeed())
 
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(dir, "provider.db"),
-		"--credential-file", credFile, "--approvers-file", approvers)
+		"--admin-credential-file", adminFile, "--credential-file", credFile, "--approvers-file", approvers)
 	stdout, err := cmd.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cmd.Start()).To(Succeed())
@@ -63,9 +63,9 @@ func TestDecideRecordsTheApprover(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(byAlice.Decision.Note).To(Equal("Duplicate charge confirmed. (approved by alice)"))
 
-	byAdmin, err := decide(credFile, submit("k2"), "--deny", "--note", "Not a duplicate.")
+	byAdmin, err := decide(adminFile, submit("k2"), "--deny", "--note", "Not a duplicate.")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(byAdmin.Decision.Note).To(Equal("Not a duplicate. (denied by admin)"), "the admin credential (here the provider's) records admin")
+	g.Expect(byAdmin.Decision.Note).To(Equal("Not a duplicate. (denied by admin)"), "the admin credential records admin")
 
 	_, err = decide(strangerFile, submit("k3"), "--approve")
 	g.Expect(err).To(MatchError(ContainSubstring("unauthenticated")))
@@ -81,16 +81,17 @@ func TestServeRefusesABadApproversFile(t *testing.T) {
 		want    func(path string) string // the error serve returns
 	}{
 		"one field": {"alice\n", func(path string) string {
-			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=NAME,NAME...", got 1 fields`
+			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=ID,ID...", got 1 fields`
 		}},
 		"duplicate": {"alice a1\nalice a2\n", func(path string) string {
 			return path + " line 2: approver alice is listed twice"
 		}},
 		"a space in the name": {"al ice a1\n", func(path string) string {
-			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=NAME,NAME...", got 3 fields`
+			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=ID,ID...", got 3 fields`
 		}},
-		"a scope without instances": {"alice a1 instances=\n", func(path string) string {
-			return path + ` line 1: want "NAME CREDENTIAL" or "NAME CREDENTIAL instances=NAME,NAME...", got 3 fields`
+		"a scope by name": {"alice a1 instances=payments\n", func(string) string {
+			return `reference provider: approver alice's scope names "payments", which is not an instance id: ` +
+				`a scope names instances by the id the provider issued (a UUID), never by name, which the provisioner chooses`
 		}},
 		"bad name": {"al/ice a1\n", func(string) string {
 			return `reference provider: approver name "al/ice": use 1 to 64 letters, digits and . _ @ + - (starting with a letter or digit)`
@@ -103,20 +104,22 @@ func TestServeRefusesABadApproversFile(t *testing.T) {
 			g := NewWithT(t)
 			path := filepath.Join(t.TempDir(), "approvers")
 			g.Expect(os.WriteFile(path, []byte(c.content), 0o600)).To(Succeed())
-			err := run([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"),
+			err := run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"),
 				"--credential-file", writeCredential(t), "--approvers-file", path}, &bytes.Buffer{})
 			g.Expect(err).To(MatchError(c.want(path)))
 		})
 	}
 }
 
-// An approver line may end with the instances the approver is limited to.
+// An approver line may end with the instances the approver is limited to, by id; "instances=" alone
+// scopes them to none until the admin grants one.
 func TestApproversFileScopesApproversToInstances(t *testing.T) {
 	g := NewWithT(t)
 	path := filepath.Join(t.TempDir(), "approvers")
-	g.Expect(os.WriteFile(path, []byte("# who\nalice a1 instances=payments,support\nbob b1\n"), 0o600)).To(Succeed())
+	const payments, support = "6f1c2d3e-4b5a-4c6d-8e7f-9a0b1c2d3e4f", "0a1b2c3d-4e5f-4a6b-8c7d-8e9f0a1b2c3d"
+	g.Expect(os.WriteFile(path, []byte("# who\nalice a1 instances="+payments+","+support+"\nbob b1\ncarol c1 instances=\n"), 0o600)).To(Succeed())
 	approvers, scopes, err := readApprovers(path)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(approvers).To(Equal(map[string]string{"alice": "a1", "bob": "b1"}))
-	g.Expect(scopes).To(Equal(map[string][]string{"alice": {"payments", "support"}}), "bob sees every instance")
+	g.Expect(approvers).To(Equal(map[string]string{"alice": "a1", "bob": "b1", "carol": "c1"}))
+	g.Expect(scopes).To(Equal(map[string][]string{"alice": {payments, support}, "carol": {}}), "bob sees every instance, carol none until granted")
 }

@@ -1,10 +1,10 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--credential-lifetime 720h] [--tls-cert crt --tls-key key [--http2]]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --admin-credential-file admin --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--credential-lifetime 720h] [--tls-cert crt --tls-key key [--http2]]
 //	                          [--allow-webhook-networks 10.0.0.0/8,127.0.0.0/8] [--webhook-ca-file ca.pem]
 //	                          [--zap-log-level info] [--zap-encoder json|console] (the manager's log flags; logs go to stderr)
-//	reference-provider list   --url http://127.0.0.1:8085 --credential-file cred [--status pending]
-//	reference-provider decide --url http://127.0.0.1:8085 --credential-file cred --id ID --approve|--deny [--note text] [--valid-for 5m]
+//	reference-provider list   --url http://127.0.0.1:8085 --credential-file admin [--status pending]
+//	reference-provider decide --url http://127.0.0.1:8085 --credential-file admin --id ID --approve|--deny [--note text] [--valid-for 5m]
 package main
 
 import (
@@ -81,8 +81,8 @@ func serve(args []string) error {
 	db := fs.String("db", "reference-provider.db", "bbolt file holding requests and idempotency keys")
 	credentialFile := fs.String("credential-file", "", "file holding a static instance credential, bound to the built-in default instance (required unless --provisioner-token-file is given)")
 	provisionerFile := fs.String("provisioner-token-file", "", "file holding the provisioner token, which creates, reads, updates and deletes instances (POST /v1/instances ...), each with its own credential; it cannot make approval requests")
-	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API and the approval page (default: the static instance credential)")
-	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL [instances=NAME,NAME...]\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name (the admin credential records \"admin\"); with instances= they see and decide only the requests of the instances of those names")
+	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API and the approval page (required): it decides every request, so it differs from the instance credential and the provisioner token")
+	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL [instances=ID,ID...]\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name (the admin credential records \"admin\"); with instances= they see and decide only the requests of the instances of those ids and of those the admin grants them (PUT /admin/v1/approvers/NAME/instances/ID); instances= alone starts them with none")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
 	tlsKey := fs.String("tls-key", "", "PEM private key file")
 	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
@@ -112,10 +112,10 @@ func serve(args []string) error {
 		return errors.New("--http2 needs --tls-cert and --tls-key: HTTP/2 is offered only over TLS")
 	}
 	if *credentialFile == "" && *provisionerFile == "" {
-		return errors.New("--credential-file is required (or --provisioner-token-file, with --admin-credential-file)")
+		return errors.New("--credential-file is required (or --provisioner-token-file)")
 	}
-	if *credentialFile == "" && *adminCredentialFile == "" {
-		return errors.New("--admin-credential-file is required without --credential-file: the admin API and the approval page need a credential")
+	if *adminCredentialFile == "" {
+		return errors.New("--admin-credential-file is required: the admin API and the approval page decide every request, so they take a credential of their own, not the instance credential")
 	}
 	credential, err := readOptionalCredential("--credential-file", *credentialFile)
 	if err != nil {
@@ -171,12 +171,8 @@ func serve(args []string) error {
 	if err != nil {
 		return errors.Join(err, srv.Close())
 	}
-	adminFile := *adminCredentialFile
-	if adminFile == "" {
-		adminFile = *credentialFile
-	}
 	// The admin credential itself is never printed: the line names the file that holds it.
-	fmt.Printf("approval page: %s/ui/ (sign in once with %s/ui/?token=<the admin credential in %s>)\n", baseURL, baseURL, adminFile)
+	fmt.Printf("approval page: %s/ui/ (sign in with the admin credential in %s)\n", baseURL, *adminCredentialFile)
 	<-ctx.Done()
 	return srv.Close()
 }
@@ -352,8 +348,9 @@ func (c *adminClient) call(method, path string, body, out any) error {
 const instancesPrefix = "instances="
 
 // readApprovers reads --approvers-file: "NAME CREDENTIAL" per line, optionally followed by
-// "instances=NAME,NAME...", the names of the only instances whose requests the approver sees and
-// decides; blank lines and lines starting with # are skipped. No file, no approvers.
+// "instances=ID,ID...", the ids of the instances whose requests the approver sees and decides besides
+// those the admin grants them ("instances=" alone: none to start with); blank lines and lines starting
+// with # are skipped. No file, no approvers.
 func readApprovers(path string) (map[string]string, map[string][]string, error) {
 	if path == "" {
 		return nil, nil, nil
@@ -369,16 +366,19 @@ func readApprovers(path string) (map[string]string, map[string][]string, error) 
 			continue
 		}
 		fields := strings.Fields(line)
-		scoped := len(fields) == 3 && strings.HasPrefix(fields[2], instancesPrefix) && len(fields[2]) > len(instancesPrefix)
+		scoped := len(fields) == 3 && strings.HasPrefix(fields[2], instancesPrefix)
 		if len(fields) != 2 && !scoped {
-			return nil, nil, fmt.Errorf("%s line %d: want \"NAME CREDENTIAL\" or \"NAME CREDENTIAL instances=NAME,NAME...\", got %d fields", path, i+1, len(fields))
+			return nil, nil, fmt.Errorf("%s line %d: want \"NAME CREDENTIAL\" or \"NAME CREDENTIAL instances=ID,ID...\", got %d fields", path, i+1, len(fields))
 		}
 		if _, dup := out[fields[0]]; dup {
 			return nil, nil, fmt.Errorf("%s line %d: approver %s is listed twice", path, i+1, fields[0])
 		}
 		out[fields[0]] = fields[1]
 		if scoped {
-			scopes[fields[0]] = strings.Split(strings.TrimPrefix(fields[2], instancesPrefix), ",")
+			scopes[fields[0]] = []string{}
+			if ids := strings.TrimPrefix(fields[2], instancesPrefix); ids != "" {
+				scopes[fields[0]] = strings.Split(ids, ",")
+			}
 		}
 	}
 	return out, scopes, nil

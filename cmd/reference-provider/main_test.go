@@ -22,7 +22,10 @@ import (
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
-const credential = "reference-provider-test-credential"
+const (
+	credential      = "reference-provider-test-credential"
+	adminCredential = "reference-provider-test-admin-credential"
+)
 
 // serve offers HTTP/2 over TLS only when asked: a client able to speak both gets HTTP/2 with --http2
 // and HTTP/1.1 without it.
@@ -42,7 +45,7 @@ func TestServeOffersHTTP2WhenAsked(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "provider.db"),
-				"--credential-file", credFile, "--tls-cert", certFile, "--tls-key", keyFile}, c.flags...)...)
+				"--admin-credential-file", writeAdminCredential(t), "--credential-file", credFile, "--tls-cert", certFile, "--tls-key", keyFile}, c.flags...)...)
 			stdout, err := cmd.StdoutPipe()
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(cmd.Start()).To(Succeed())
@@ -68,7 +71,7 @@ func TestServeOffersHTTP2WhenAsked(t *testing.T) {
 
 func TestServeRefusesHTTP2WithoutTLS(t *testing.T) {
 	g := NewWithT(t)
-	err := run([]string{"serve", "--http2", "--credential-file", writeCredential(t)}, io.Discard)
+	err := run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--http2", "--credential-file", writeCredential(t)}, io.Discard)
 	g.Expect(err).To(MatchError(ContainSubstring("--http2 needs --tls-cert and --tls-key")))
 }
 
@@ -94,6 +97,14 @@ func writeCredential(t *testing.T) string {
 	return path
 }
 
+// writeAdminCredential writes the admin credential to a file and returns its path.
+func writeAdminCredential(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin-credential")
+	NewWithT(t).Expect(os.WriteFile(path, []byte(adminCredential+"\n"), 0o600)).To(Succeed())
+	return path
+}
+
 // writeKeyPair writes cert's chain and key as PEM files and returns their paths.
 func writeKeyPair(t *testing.T, cert tls.Certificate) (certFile, keyFile string) {
 	t.Helper()
@@ -104,7 +115,8 @@ func writeKeyPair(t *testing.T, cert tls.Certificate) (certFile, keyFile string)
 func startServe(t *testing.T, bin string, flags ...string) string {
 	t.Helper()
 	g := NewWithT(t)
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "provider.db")}, flags...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "provider.db"),
+		"--admin-credential-file", writeAdminCredential(t)}, flags...)...)
 	stdout, err := cmd.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cmd.Start()).To(Succeed())
@@ -147,7 +159,7 @@ func TestServeSeedProfileWorksWithTheClient(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(replay.ID).To(Equal(created.ID))
 
-		g.Expect(run([]string{"decide", "--url", base, "--credential-file", credFile, "--id", created.ID, decision}, io.Discard)).To(Succeed())
+		g.Expect(run([]string{"decide", "--url", base, "--credential-file", writeAdminCredential(t), "--id", created.ID, decision}, io.Discard)).To(Succeed())
 		ref := refOf(sub, created.ID)
 		decided, err := c.Wait(ctx, ref, 5*time.Second)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -216,12 +228,12 @@ func TestServeProvisionsInstances(t *testing.T) {
 	g.Expect(status).To(Equal(http.StatusForbidden))
 
 	var out bytes.Buffer
-	g.Expect(run([]string{"list", "--url", base, "--credential-file", credFile}, &out)).To(Succeed())
+	g.Expect(run([]string{"list", "--url", base, "--credential-file", writeAdminCredential(t)}, &out)).To(Succeed())
 	g.Expect(out.String()).To(MatchRegexp(`(?m)^ID\s+TOOL\s+STATUS\s+INSTANCE\s+DEADLINE\s+ARGUMENTS$`))
 	g.Expect(out.String()).To(ContainSubstring("codex-laptop"))
 	g.Expect(out.String()).To(ContainSubstring("default"))
 	out.Reset()
-	g.Expect(run([]string{"list", "--url", base, "--credential-file", credFile, "--instance", provisioned.Instance.ID}, &out)).To(Succeed())
+	g.Expect(run([]string{"list", "--url", base, "--credential-file", writeAdminCredential(t), "--instance", provisioned.Instance.ID}, &out)).To(Succeed())
 	g.Expect(strings.Count(out.String(), "issue_refund")).To(Equal(1))
 
 	status, _ = send("provisioner-token", http.MethodDelete, "/v1/instances/"+provisioned.Instance.ID, "", "")
@@ -237,14 +249,18 @@ func TestServeRefusesMissingCredentials(t *testing.T) {
 	err := run([]string{"serve"}, io.Discard)
 	g.Expect(err).To(MatchError(ContainSubstring("--credential-file is required")))
 	err = run([]string{"serve", "--provisioner-token-file", tokenFile}, io.Discard)
-	g.Expect(err).To(MatchError(ContainSubstring("--admin-credential-file is required without --credential-file")))
-	err = run([]string{"serve", "--credential-file", writeCredential(t), "--retention", "24h"}, io.Discard)
+	g.Expect(err).To(MatchError(ContainSubstring("--admin-credential-file is required")))
+	err = run([]string{"serve", "--credential-file", writeCredential(t)}, io.Discard)
+	g.Expect(err).To(MatchError(ContainSubstring("--admin-credential-file is required: the admin API and the approval page decide every request")))
+	err = run([]string{"serve", "--credential-file", writeCredential(t), "--admin-credential-file", writeCredential(t)}, io.Discard)
+	g.Expect(err).To(MatchError(ContainSubstring("the admin credential is the static instance credential")))
+	err = run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--credential-file", writeCredential(t), "--retention", "24h"}, io.Discard)
 	g.Expect(err).To(MatchError(ContainSubstring("at least 168h")))
 }
 
 func TestServeRefusesAnUnknownProfile(t *testing.T) {
 	g := NewWithT(t)
-	err := run([]string{"serve", "--profile", "strict", "--credential-file", writeCredential(t)}, io.Discard)
+	err := run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--profile", "strict", "--credential-file", writeCredential(t)}, io.Discard)
 	g.Expect(err).To(MatchError(ContainSubstring(`--profile: unknown provider profile "strict"`)))
 }
 
@@ -264,7 +280,7 @@ func TestServeLogsOnStderr(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "provider.db"),
-				"--credential-file", credFile}, c.flags...)...)
+				"--admin-credential-file", writeAdminCredential(t), "--credential-file", credFile}, c.flags...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			stdout, err := cmd.StdoutPipe()

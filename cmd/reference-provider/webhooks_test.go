@@ -85,7 +85,7 @@ func TestServeDeliversWebhooks(t *testing.T) {
 	g.Expect(status).To(Equal(http.StatusCreated), string(data))
 	var req provider.Request
 	g.Expect(json.Unmarshal(data, &req)).To(Succeed())
-	g.Expect(run([]string{"decide", "--url", base, "--credential-file", credFile, "--id", req.ID, "--deny"}, io.Discard)).To(Succeed())
+	g.Expect(run([]string{"decide", "--url", base, "--credential-file", writeAdminCredential(t), "--id", req.ID, "--deny"}, io.Discard)).To(Succeed())
 	g.Eventually(func() []map[string]string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -96,8 +96,8 @@ func TestServeDeliversWebhooks(t *testing.T) {
 func TestServeRefusesBadWebhookFlags(t *testing.T) {
 	g := NewWithT(t)
 	cred := writeCredential(t)
-	err := run([]string{"serve", "--credential-file", cred, "--allow-webhook-networks", "10.0.0.0"}, io.Discard)
+	err := run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--credential-file", cred, "--allow-webhook-networks", "10.0.0.0"}, io.Discard)
 	g.Expect(err).To(MatchError(ContainSubstring(`--allow-webhook-networks: "10.0.0.0" is not a CIDR prefix`)))
-	err = run([]string{"serve", "--credential-file", cred, "--webhook-ca-file", cred}, io.Discard)
+	err = run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--credential-file", cred, "--webhook-ca-file", cred}, io.Discard)
 	g.Expect(err).To(MatchError(ContainSubstring("holds no PEM certificate")))
 }

@@ -123,7 +123,6 @@ func runChaos(t *testing.T, v variant, s uint64) {
 
 	// The manager: killed and restarted until the chaos window ends.
 	var kills int
-	var killedAt []time.Time // when each kill happened; read once the killer has stopped
 	starts := newStarts()
 	begin := func() *th.Process {
 		at := time.Now()
@@ -167,7 +166,6 @@ func runChaos(t *testing.T, v variant, s uint64) {
 			case <-time.After(life):
 			}
 			proc.Kill()
-			killedAt = append(killedAt, time.Now())
 			keepLog(t, v.name, kills, proc)
 			kills++
 			proc = begin()
@@ -342,7 +340,7 @@ func runChaos(t *testing.T, v variant, s uint64) {
 	}
 	g.Expect(rotations).To(BeNumerically(">", 0), "the provider's credential Secret was rotated during the run")
 
-	rep := audit(ctx, t, h, all, versions, bound(), killedAt, keys)
+	rep := audit(ctx, t, h, all, versions, bound(), keys)
 	rep.starts = starts.String()
 	rep.kills, rep.window, rep.edits = kills, window, versions.edits
 	rep.seed, rep.variant = s, v

@@ -237,7 +237,7 @@ func providerCall(g Gomega, method, path string, body any) map[string]any {
 
 // providerCallRaw is providerCall's exchange: it expects 200 and returns the body.
 func providerCallRaw(g Gomega, method, path string, body any) []byte {
-	return providerCallAs(g, "provider-credential", method, path, body)
+	return providerCallAs(g, "provider-admin-credential", method, path, body)
 }
 
 // providerCallAs is providerCallRaw with the credential in the cluster directory's file credFile.

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,7 @@ import (
 // Two namespaces, each with an ApprovalProvider named default that provisions an AAP instance of its
 // own on the reference provider: each namespace's calls go to its own instance, not to the cluster's
 // default, and each team's approver (alice for e2e-team-a, bob for e2e-team-b, scoped by
-// hack/cluster.sh) sees its own team's request only; deleting one namespace's provider object deletes
+// hack/cluster.sh to no instance, then granted their team's by id) sees its own team's request only; deleting one namespace's provider object deletes
 // its instance, which cancels that namespace's pending request and leaves the other's alone.
 func TestEachNamespaceCallsItsOwnProvisionedInstance(t *testing.T) {
 	g := NewWithT(t)
@@ -70,10 +71,17 @@ func TestEachNamespaceCallsItsOwnProvisionedInstance(t *testing.T) {
 	}
 
 	for _, tm := range teams {
-		var ids []any
-		for _, r := range providerRequestsAs(g, tm.approver) {
-			ids = append(ids, r["id"])
+		seen := func() []any {
+			var ids []any
+			for _, r := range providerRequestsAs(g, tm.approver) {
+				ids = append(ids, r["id"])
+			}
+			return ids
 		}
+		// hack/cluster.sh scoped each approver to no instance; the admin grants their team's, by id.
+		g.Expect(seen()).NotTo(ContainElement(tm.call.Status.RequestID), "%s sees nothing before the grant", tm.approver)
+		providerCallRaw(g, http.MethodPut, "/admin/v1/approvers/"+tm.approver+"/instances/"+tm.instance, nil)
+		ids := seen()
 		other := teams[0]
 		if tm == teams[0] {
 			other = teams[1]

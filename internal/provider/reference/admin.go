@@ -12,8 +12,8 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// The admin API: approvers list and decide requests (of every instance), the admin also sets fault
-// rules and reads the counters. It is not part of AAP; its errors are ErrorResponses all the same.
+// The admin API: approvers list and decide requests (of the instances they see), the admin also
+// grants scoped approvers instances (approver_grants.go), sets fault rules and reads the counters. It is not part of AAP; its errors are ErrorResponses all the same.
 
 // AdminRequest is a request as the admin API shows it: AAP's ApprovalRequest, the instance it belongs
 // to and the Idempotency-Key that created it.
@@ -32,6 +32,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.handleFaultsSet))
 	mux.Handle("DELETE /admin/v1/faults", s.adminAPI(s.handleFaultsClear))
 	mux.Handle("GET /admin/v1/stats", s.adminAPI(s.handleStats))
+	s.grantRoutes(mux)
 }
 
 // adminAPI wraps an admin handler: it authenticates with the admin credential and writes the reply.
@@ -104,11 +105,11 @@ func (s *Server) handleList(r *http.Request, approver string) reply {
 		return s.failure(err, "")
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	names := s.instanceNamesLocked()
-	s.mu.Unlock()
 	out := make([]AdminRequest, 0, len(recs))
 	for _, rec := range recs {
-		if (instance == "" || rec.Instance == instance) && s.sees(approver, rec.Instance, names) {
+		if (instance == "" || rec.Instance == instance) && s.sees(approver, rec.Instance) {
 			out = append(out, s.adminView(rec, names))
 		}
 	}

@@ -204,14 +204,19 @@ func TestAuthentication(t *testing.T) {
 	e.g.Expect(e.stats().Responses[reference.OpSubmit][http.StatusUnauthorized]).To(BeEquivalentTo(7))
 }
 
-func TestAdminCredentialIsSeparateWhenSet(t *testing.T) {
-	const admin = "admin-credential"
-	e := start(t, func(o *reference.Options) { o.AdminCredential = admin })
+func TestAdminCredentialIsNeverAnInstanceCredential(t *testing.T) {
+	e := start(t)
 
 	e.expectError(e.do(e.request(http.MethodGet, "/admin/v1/requests", nil)), http.StatusUnauthorized, provider.CodeUnauthenticated)
-	e.g.Expect(e.do(e.requestAs(admin, http.MethodGet, "/admin/v1/requests", nil)).status).To(Equal(http.StatusOK))
-	e.expectError(e.do(e.submitRequestAs(admin, "key-1", refund())), http.StatusUnauthorized, provider.CodeUnauthenticated)
+	e.expectError(e.do(e.request(http.MethodPost, "/admin/v1/requests/"+uuid.NewString()+"/decide", map[string]string{"status": "approved"})),
+		http.StatusUnauthorized, provider.CodeUnauthenticated)
+	e.g.Expect(e.do(e.adminRequest(http.MethodGet, "/admin/v1/requests", nil)).status).To(Equal(http.StatusOK))
+	e.expectError(e.do(e.submitRequestAs(adminCredential, "key-1", refund())), http.StatusUnauthorized, provider.CodeUnauthenticated)
 	e.expectError(e.do(e.requestAs(provisioner, http.MethodGet, "/admin/v1/requests", nil)), http.StatusUnauthorized, provider.CodeUnauthenticated)
+
+	// A provisioned instance's credential is no admin either.
+	res := e.provision("agent", `{"instance_name":"agent"}`, http.StatusCreated)
+	e.expectError(e.do(e.requestAs(res.Credential.Token, http.MethodGet, "/admin/v1/requests", nil)), http.StatusUnauthorized, provider.CodeUnauthenticated)
 }
 
 func TestNew(t *testing.T) {
@@ -221,7 +226,7 @@ func TestNew(t *testing.T) {
 		err  string
 	}{
 		{reference.Options{}, "a credential is required"},
-		{reference.Options{ProvisionerToken: "p"}, "an admin credential is required"},
+		{reference.Options{Credential: "c", AdminCredential: "c"}, "the admin credential is the static instance credential"},
 		{reference.Options{Credential: "c", MinTimeout: time.Hour, MaxTimeout: time.Minute}, "exceeds MaxTimeout"},
 		{reference.Options{Credential: "c", ProvisionerToken: "c"}, "the provisioner token must differ"},
 		{reference.Options{Credential: "c", AdminCredential: "a", ProvisionerToken: "a"}, "the provisioner token must differ"},
@@ -233,7 +238,7 @@ func TestNew(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring(tc.err)), "%+v", tc.opts)
 	}
 
-	provisionerOnly, err := reference.New(reference.Options{ProvisionerToken: "p", AdminCredential: "a"})
+	provisionerOnly, err := reference.New(reference.Options{ProvisionerToken: "p"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(provisionerOnly.Close()).To(Succeed())
 
@@ -254,7 +259,7 @@ func TestUnknownRequest(t *testing.T) {
 	e.expectError(e.get(uuid.NewString(), ""), http.StatusNotFound, provider.CodeNotFound)
 	e.expectError(e.get(uuid.NewString(), "?wait=30s"), http.StatusNotFound, provider.CodeNotFound)
 	e.expectError(e.cancel(uuid.NewString()), http.StatusNotFound, provider.CodeNotFound)
-	decide := e.request(http.MethodPost, "/admin/v1/requests/"+uuid.NewString()+"/decide", map[string]string{"status": "approved"})
+	decide := e.adminRequest(http.MethodPost, "/admin/v1/requests/"+uuid.NewString()+"/decide", map[string]string{"status": "approved"})
 	e.expectError(e.do(decide), http.StatusNotFound, provider.CodeNotFound)
 
 	// A request id is a UUID: retrieval refuses another id (400, naming it); cancellation, whose
@@ -349,7 +354,7 @@ func TestCancelTerminalRequestConflicts(t *testing.T) {
 func TestDecideThroughAdminAPI(t *testing.T) {
 	e := start(t)
 	decide := func(id string, body any) response {
-		return e.do(e.request(http.MethodPost, "/admin/v1/requests/"+id+"/decide", body))
+		return e.do(e.adminRequest(http.MethodPost, "/admin/v1/requests/"+id+"/decide", body))
 	}
 	admin := func(r response) reference.AdminRequest {
 		e.g.Expect(r.status).To(Equal(http.StatusOK), string(r.body))
@@ -405,7 +410,7 @@ func TestListNewestFirst(t *testing.T) {
 	e.g.Expect(err).NotTo(HaveOccurred())
 
 	list := func(query string) []string {
-		r := e.do(e.request(http.MethodGet, "/admin/v1/requests"+query, nil))
+		r := e.do(e.adminRequest(http.MethodGet, "/admin/v1/requests"+query, nil))
 		e.g.Expect(r.status).To(Equal(http.StatusOK))
 		var reqs []reference.AdminRequest
 		e.g.Expect(json.Unmarshal(r.body, &reqs)).To(Succeed())
@@ -421,7 +426,7 @@ func TestListNewestFirst(t *testing.T) {
 	e.g.Expect(list("?status=denied")).To(Equal([]string{second}))
 	e.g.Expect(list("?instance=" + e.srv.DefaultInstance().ID)).To(HaveLen(3))
 	e.g.Expect(list("?instance=" + uuid.NewString())).To(BeEmpty())
-	e.expectError(e.do(e.request(http.MethodGet, "/admin/v1/requests?status=maybe", nil)), http.StatusBadRequest, provider.CodeInvalidRequest)
+	e.expectError(e.do(e.adminRequest(http.MethodGet, "/admin/v1/requests?status=maybe", nil)), http.StatusBadRequest, provider.CodeInvalidRequest)
 }
 
 // Keys maps each Idempotency-Key to the one request it created; a replay adds nothing.

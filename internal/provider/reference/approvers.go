@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -74,25 +73,6 @@ func (s *Server) approverAPI(h func(r *http.Request, approver string) reply) htt
 		}
 		write(w, h(r, name))
 	})
-}
-
-// sees reports whether approver may see and decide a request of instance (its id; names maps ids to
-// names): the admin and an approver without a scope see every instance; a scoped approver, the
-// instances named in its scope.
-func (s *Server) sees(approver, instance string, names map[string]string) bool {
-	scope, scoped := s.opts.ApproverInstances[approver]
-	if approver == AdminApprover || !scoped {
-		return true
-	}
-	return slices.Contains(scope, names[instance])
-}
-
-// seesRequest is sees for one request, by id; an unknown request is seen by nobody.
-func (s *Server) seesRequest(approver, id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, err := s.loadLocked(id)
-	return err == nil && s.sees(approver, rec.Instance, s.instanceNamesLocked())
 }
 
 // decisionNote records the approver in a decision's note.

@@ -132,7 +132,7 @@ func TestProvider03_PreservesRequestIdentityAcrossRetriesAndRejectsConflictingKe
 func TestProvider04_RecordsOnlyOneTerminalOutcomePerRequest(t *testing.T) {
 	e := start(t)
 	decide := func(id, status string) response {
-		return e.do(e.request(http.MethodPost, "/admin/v1/requests/"+id+"/decide", map[string]string{"status": status}))
+		return e.do(e.adminRequest(http.MethodPost, "/admin/v1/requests/"+id+"/decide", map[string]string{"status": status}))
 	}
 	for i := range 12 {
 		body := refund()
@@ -193,7 +193,7 @@ func TestProvider05_ExpiresRequestsThatRemainPendingAtTheirDeadline(t *testing.T
 	e.g.Expect(expired.Decision).To(Equal(&provider.Decision{Status: provider.StatusExpired, DecidedAt: &req.DeadlineAt}))
 
 	// No approval after the deadline, and no cancellation of an expired request.
-	r = e.do(e.request(http.MethodPost, "/admin/v1/requests/"+req.ID+"/decide", map[string]string{"status": "approved"}))
+	r = e.do(e.adminRequest(http.MethodPost, "/admin/v1/requests/"+req.ID+"/decide", map[string]string{"status": "approved"}))
 	e.expectError(r, http.StatusConflict, provider.CodeAlreadyTerminal)
 	e.expectError(e.cancel(req.ID), http.StatusConflict, provider.CodeAlreadyTerminal)
 	e.g.Expect(e.expectRequest(e.get(req.ID, ""), http.StatusOK)).To(Equal(expired))
@@ -273,7 +273,7 @@ func TestProvider08_SupportsInstanceLifecycleWithInstanceBoundCredentials(t *tes
 	req := e.expectRequest(e.do(e.submitRequestAs(token, "k", refund())), http.StatusCreated)
 	e.expectRequest(e.do(e.requestAs(token, http.MethodGet, "/v1/requests/"+req.ID, nil)), http.StatusOK)
 	e.expectError(e.get(req.ID, ""), http.StatusNotFound, provider.CodeNotFound)
-	admin := e.do(e.request(http.MethodGet, "/admin/v1/requests?instance="+res.Instance.ID, nil))
+	admin := e.do(e.adminRequest(http.MethodGet, "/admin/v1/requests?instance="+res.Instance.ID, nil))
 	var listed []reference.AdminRequest
 	e.g.Expect(json.Unmarshal(admin.body, &listed)).To(Succeed())
 	e.g.Expect(listed).To(HaveExactElements(And(HaveField("Request.ID", req.ID), HaveField("InstanceName", "codex-chris-laptop"))))
@@ -327,7 +327,14 @@ func TestProvider09_RetainsRequestsInstanceResultsAndKeysForTheRequiredPeriods(t
 	e.g.Expect(e.expectRequest(e.submit("decided", refund()), http.StatusCreated).ID).NotTo(Equal(decided.ID), "the key is free again")
 	e.g.Expect(e.expectRequest(e.get(pending.ID, ""), http.StatusOK).Status).To(Equal(provider.StatusExpired), "its seven days are not over")
 	e.expectError(e.deleteInstance(gone.Instance.ID), http.StatusNotFound, provider.CodeNotFound)
-	e.g.Expect(e.provision("kept", `{"instance_name":"kept"}`, http.StatusOK)).To(Equal(res), "a live instance keeps its provisioning")
+	// A live instance's provisioning key goes too, and with it the credential kept for replays: the key
+	// no longer hands the credential out, and reusing it provisions a new instance, as AAP allows.
+	again := e.provision("kept", `{"instance_name":"kept"}`, http.StatusCreated)
+	e.g.Expect(again.Instance.ID).NotTo(Equal(res.Instance.ID))
+	e.g.Expect(again.Credential.Token).NotTo(Equal(res.Credential.Token))
+	e.g.Expect(e.expectInstance(e.instance(res.Instance.ID)).ID).To(Equal(res.Instance.ID), "the first instance lives on")
+	e.g.Expect(e.do(e.submitRequestAs(res.Credential.Token, "still-works", refund())).status).To(Equal(http.StatusCreated),
+		"and its credential still works")
 	e.g.Expect(e.expectInstance(e.patchInstance(res.Instance.ID, "rename", `{"instance_name":"again"}`)).Name).To(Equal("again"),
 		"seven days after it committed, an update's key is free again")
 

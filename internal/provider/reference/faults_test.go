@@ -251,18 +251,18 @@ func TestFaultsThroughAdminAPI(t *testing.T) {
 		return out
 	}
 
-	added := rules(e.do(e.request(http.MethodPost, "/admin/v1/faults",
+	added := rules(e.do(e.adminRequest(http.MethodPost, "/admin/v1/faults",
 		json.RawMessage(`{"op":"get","kind":"rate_limit","count":2,"retry_after":"2s"}`))))
 	e.g.Expect(added).To(Equal([]reference.FaultRule{{Op: reference.OpGet, Kind: reference.FaultRateLimit, Count: 2, RetryAfter: 2 * time.Second}}))
 	r := e.get(id, "")
 	e.expectError(r, http.StatusTooManyRequests, provider.CodeRateLimited)
 	e.g.Expect(r.header.Get("Retry-After")).To(Equal("2"))
-	e.g.Expect(rules(e.do(e.request(http.MethodGet, "/admin/v1/faults", nil)))).To(HaveExactElements(HaveField("Count", 1)))
+	e.g.Expect(rules(e.do(e.adminRequest(http.MethodGet, "/admin/v1/faults", nil)))).To(HaveExactElements(HaveField("Count", 1)))
 
-	e.g.Expect(rules(e.do(e.request(http.MethodDelete, "/admin/v1/faults", nil)))).To(BeEmpty())
+	e.g.Expect(rules(e.do(e.adminRequest(http.MethodDelete, "/admin/v1/faults", nil)))).To(BeEmpty())
 	e.expectRequest(e.get(id, ""), http.StatusOK)
 
-	set := rules(e.do(e.request(http.MethodPut, "/admin/v1/faults",
+	set := rules(e.do(e.adminRequest(http.MethodPut, "/admin/v1/faults",
 		json.RawMessage(`[{"kind":"delay","delay":"10ms","probability":1},{"op":"cancel","kind":"reset","count":1},`+
 			`{"kind":"decide_before_cancel","decision":"denied","count":1}]`))))
 	e.g.Expect(set).To(Equal([]reference.FaultRule{
@@ -272,12 +272,12 @@ func TestFaultsThroughAdminAPI(t *testing.T) {
 	}))
 
 	for _, bad := range []string{`{"kind":"reset"}`, `{"kind":"delay","delay":"soon","count":1}`, `[]`} {
-		e.expectError(e.do(e.request(http.MethodPost, "/admin/v1/faults", json.RawMessage(bad))),
+		e.expectError(e.do(e.adminRequest(http.MethodPost, "/admin/v1/faults", json.RawMessage(bad))),
 			http.StatusBadRequest, provider.CodeInvalidRequest)
 	}
 	e.g.Expect(e.srv.Faults().Rules()).To(HaveLen(3), "a refused rule changes nothing")
 
-	stats := e.do(e.request(http.MethodGet, "/admin/v1/stats", nil))
+	stats := e.do(e.adminRequest(http.MethodGet, "/admin/v1/stats", nil))
 	var s reference.Stats
 	e.g.Expect(json.Unmarshal(stats.body, &s)).To(Succeed())
 	e.g.Expect(s.Creates).To(BeEquivalentTo(1))

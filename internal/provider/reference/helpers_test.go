@@ -21,8 +21,9 @@ import (
 )
 
 const (
-	credential  = "s3cret-instance-credential"
-	provisioner = "s3cret-provisioner-token"
+	credential      = "s3cret-instance-credential"
+	provisioner     = "s3cret-provisioner-token"
+	adminCredential = "s3cret-admin-credential"
 )
 
 var t0 = time.Date(2026, 9, 16, 12, 0, 0, 0, time.UTC)
@@ -48,6 +49,7 @@ func start(t *testing.T, options ...func(*reference.Options)) *env {
 		DBPath:           filepath.Join(t.TempDir(), "provider.db"),
 		Credential:       credential,
 		ProvisionerToken: provisioner,
+		AdminCredential:  adminCredential,
 		Clock:            clk,
 	}
 	for _, o := range options {
@@ -86,6 +88,12 @@ type response struct {
 func (e *env) request(method, path string, body any) *http.Request {
 	e.t.Helper()
 	return e.requestAs(credential, method, path, body)
+}
+
+// adminRequest builds a request with the admin credential.
+func (e *env) adminRequest(method, path string, body any) *http.Request {
+	e.t.Helper()
+	return e.requestAs(adminCredential, method, path, body)
 }
 
 // requestAs builds a request with the given bearer credential.

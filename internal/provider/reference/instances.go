@@ -23,7 +23,10 @@ import (
 // and manages them; deleting one revokes its credential, cancels its pending requests (expiring
 // those whose deadline has passed) and keeps its terminal outcomes. The store keeps a provisioned
 // instance's credential in the result of its provisioning, so that a replay returns it again, until
-// the instance is deleted.
+// the instance is deleted or Options.Retention after its provisioning (the seven days AAP asks by
+// default), whichever comes first: then the record goes, credential and all, so that the key, which
+// anyone who can read the provisioner's objects may know, no longer hands the credential out. Reusing
+// the key after that provisions a new instance, as AAP allows once a key is discarded.
 
 // DefaultInstanceName is the name of the instance the static credential is bound to.
 const DefaultInstanceName = "default"
@@ -133,10 +136,7 @@ func (s *Server) provision(ctx context.Context, key, name, fp string, delivery *
 		return res, false, errAborted
 	}
 	now := s.now()
-	token, err := newToken()
-	if err != nil {
-		return res, false, err
-	}
+	token := newSecretToken("rpi_")
 	sum := sha256.Sum256([]byte(token))
 	ir := instanceRecord{ID: id, Name: name, CreatedAt: now, Credential: hex.EncodeToString(sum[:]), ProvisionKey: key, Delivery: delivery}
 	if ir.Name == "" {
@@ -177,13 +177,11 @@ func (s *Server) provisionReplay(key, fp string) (res provider.ProvisionInstance
 	return res, false, nil
 }
 
-// newToken draws an instance credential: 32 random bytes.
-func newToken() (string, error) {
+// newSecretToken draws a bearer token: prefix and 32 random bytes.
+func newSecretToken(prefix string) string {
 	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return "rpi_" + base64.RawURLEncoding.EncodeToString(b), nil
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
 // getInstance returns a provisioned instance; a deleted one, or the default instance, is not found.

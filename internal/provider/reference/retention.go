@@ -19,8 +19,9 @@ import (
 // its deletion, and so is an update's key after the update committed. A request with a notification
 // is also kept until deliveryGrace (24h) after its delivery ended (acknowledged, retries run out,
 // delivery removed or the instance deleted), as AAP asks. A live instance's
-// provisioning key is kept as long as the instance (longer than AAP asks). The purge runs when the
-// server starts and then every purgeEvery by the server's clock.
+// provisioning key, and the credential its result holds for replays, is kept for as long after the
+// provisioning, as AAP asks and no longer: reusing the key then provisions a new instance. The purge
+// runs when the server starts and then every purgeEvery by the server's clock.
 
 // purgeEvery is how often the purge runs.
 const purgeEvery = time.Hour
@@ -147,9 +148,12 @@ func purgeInstances(tx *bolt.Tx, cutoff time.Time) ([]string, error) {
 	for _, ir := range gone {
 		deleted[ir.ID] = true
 		ids = append(ids, ir.ID)
-		if err := errors.Join(insts.Delete([]byte(ir.ID)), provisions.Delete([]byte(ir.ProvisionKey))); err != nil {
+		if err := insts.Delete([]byte(ir.ID)); err != nil {
 			return nil, err
 		}
+	}
+	if err := purgeProvisions(provisions, cutoff, deleted); err != nil {
+		return nil, err
 	}
 	var stale [][]byte
 	err = updates.ForEach(func(k, v []byte) error {
@@ -172,4 +176,30 @@ func purgeInstances(tx *bolt.Tx, cutoff time.Time) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// purgeProvisions deletes the provisioning keys of the instances purged (deleted), and those of live
+// instances provisioned before cutoff, with the credential their result holds: a replay hands the
+// credential out for the retention AAP asks, never for as long as the instance lives.
+func purgeProvisions(provisions *bolt.Bucket, cutoff time.Time, deleted map[string]bool) error {
+	var stale [][]byte
+	err := provisions.ForEach(func(k, v []byte) error {
+		var pr provisionRecord
+		if err := json.Unmarshal(v, &pr); err != nil {
+			return fmt.Errorf("decoding provisioning %q: %w", k, err)
+		}
+		if deleted[pr.InstanceID] || (pr.Result != nil && pr.CreatedAt.Before(cutoff)) {
+			stale = append(stale, bytes.Clone(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := provisions.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -49,8 +49,10 @@ type Options struct {
 	// expires_at is given with it, and the provider refuses it (401) from then on. Zero means issued
 	// credentials do not expire.
 	CredentialLifetime time.Duration
-	// AdminCredential is the bearer token of the admin API and of the approval page (/ui/). Empty means
-	// Credential (then required).
+	// AdminCredential is the bearer token of the admin API and of the approval page (/ui/): it decides
+	// every request, so it is never an instance credential (New refuses one equal to Credential, the
+	// provisioner token or an approver's). Empty means one drawn at random when the server is made,
+	// which Server.AdminCredential returns.
 	AdminCredential string
 	// Clock stamps created_at, deadlines and decisions, fires deadline expiry and the retention purge.
 	// Default: the real clock. Long-poll waits and fault delays are always measured in real time.
@@ -86,9 +88,11 @@ type Options struct {
 	// page and decide through the admin API (list and decide only). Every decision records who made it:
 	// the approver's name, or AdminApprover for the admin credential. Optional.
 	Approvers map[string]string
-	// ApproverInstances limits an approver of Approvers to the requests of the instances named here
-	// (by instance name): the approval page and the admin API show them no other request, and they
-	// can decide no other. An approver without an entry sees every instance's requests, as the admin
+	// ApproverInstances limits an approver of Approvers to the requests of the instances given here by
+	// id, and of those the admin grants them later through the admin API (PUT
+	// /admin/v1/approvers/{name}/instances/{id}): the approval page and the admin API show them no
+	// other request, and they can decide no other. An empty list scopes an approver to no instance
+	// until one is granted. An approver without an entry sees every instance's requests, as the admin
 	// credential does. Optional.
 	ApproverInstances map[string][]string
 	// AllowedWebhookNetworks are address ranges a webhook receiver may be at although they are not
@@ -152,7 +156,7 @@ func (o Options) withDefaults() Options {
 		o.DefaultApprovalValidity = 5 * time.Minute
 	}
 	if o.AdminCredential == "" {
-		o.AdminCredential = o.Credential
+		o.AdminCredential = newSecretToken("rpa_")
 	}
 	if o.Profile == "" {
 		o.Profile = ProfileFull
@@ -180,8 +184,8 @@ func (o Options) check() error {
 	switch {
 	case o.Credential == "" && o.ProvisionerToken == "":
 		return errors.New("a credential is required: set Credential (a static instance credential) or ProvisionerToken, or both")
-	case o.AdminCredential == "":
-		return errors.New("an admin credential is required when there is no static credential: set AdminCredential")
+	case o.AdminCredential == o.Credential:
+		return errors.New("the admin credential is the static instance credential: the admin API and the approval page decide every request, so give them a credential of their own (AdminCredential)")
 	case o.ProvisionerToken != "" && (o.ProvisionerToken == o.Credential || o.ProvisionerToken == o.AdminCredential):
 		return errors.New("the provisioner token must differ from the instance and admin credentials: give each role its own")
 	case o.MinTimeout > o.MaxTimeout:
@@ -222,6 +226,7 @@ type Server struct {
 	mu        sync.Mutex // serialises state changes; guards the fields below
 	pending   map[string]*watch
 	instances map[string]instanceRecord // provisioned instances, deleted ones included
+	grants    map[string]map[string]bool // approver -> instance ids granted through the admin API
 	closed    bool
 
 	credMu sync.RWMutex
@@ -245,13 +250,8 @@ func New(opts Options) (*Server, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("reference provider: %w", err)
 	}
-	for name, scope := range opts.ApproverInstances {
-		if _, ok := opts.Approvers[name]; !ok {
-			return nil, fmt.Errorf("ApproverInstances names %s, who is not one of Approvers", name)
-		}
-		if len(scope) == 0 {
-			return nil, fmt.Errorf("approver %s has an empty list of instances: leave the approver out of ApproverInstances to let them see every instance", name)
-		}
+	if err := checkScopes(opts); err != nil {
+		return nil, fmt.Errorf("reference provider: %w", err)
 	}
 	approvers, err := hashApprovers(opts)
 	if err != nil {
@@ -280,19 +280,24 @@ func New(opts Options) (*Server, error) {
 		done:            make(chan struct{}),
 		pending:         map[string]*watch{},
 		instances:       map[string]instanceRecord{},
+		grants:          map[string]map[string]bool{},
 		creds:           map[[sha256.Size]byte]issued{},
 		inflight:        map[string]chan struct{}{},
 		deliveries:      newDeliveries(),
 		webhookLimits:   newWebhookLimiter(),
 	}
 	s.webhooks = s.newWebhookClient()
-	if err := errors.Join(s.loadInstances(), s.resumeDeliveries(), s.resume(), s.startPurge()); err != nil {
+	if err := errors.Join(s.loadInstances(), s.loadGrants(), s.resumeDeliveries(), s.resume(), s.startPurge()); err != nil {
 		s.deliveries.stop()
 		return nil, errors.Join(err, st.close(), removeAll(tempDir))
 	}
 	s.handler = withRequestID(s.withApprovalPage(s.routes()))
 	return s, nil
 }
+
+// AdminCredential returns the bearer token of the admin API and the approval page: Options.AdminCredential,
+// or the one drawn at random when that was empty.
+func (s *Server) AdminCredential() string { return s.opts.AdminCredential }
 
 // hashOf is the SHA-256 of a credential; nil for none.
 func hashOf(credential string) *[sha256.Size]byte {

@@ -68,7 +68,7 @@ func openStore(path string, noSync bool, defaultInstance string) (*store, error)
 	st := &store{db: db, defaultInstance: defaultInstance}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketRequests, bucketOrder, bucketRequestKeys, bucketInstances,
-			bucketCredentials, bucketProvisions, bucketUpdates, bucketEvents} {
+			bucketCredentials, bucketProvisions, bucketUpdates, bucketEvents, bucketGrants} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

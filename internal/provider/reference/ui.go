@@ -12,7 +12,8 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// The approval page is the admin surface a person uses from a browser: GET /ui/ lists the pending
+// The approval page is the admin surface a person uses from a browser: GET /ui/ signs in (a form that
+// posts to /ui/sign-in) and lists the pending
 // requests and updates itself through Server-Sent Events (GET /ui/events); its buttons POST to
 // /ui/api/requests/{id}/approve and /ui/api/requests/{id}/deny. Sign-in and the session cookie are in
 // ui_session.go, the page and how it renders a request in ui_page.go, the snapshots and the event
@@ -59,6 +60,7 @@ func (s *Server) withApprovalPage(api http.Handler) http.Handler {
 		http.Redirect(w, r, target, http.StatusMovedPermanently)
 	})
 	mux.HandleFunc("GET /ui/{$}", p.handlePage)
+	mux.HandleFunc("POST /ui/sign-in", p.handleSignIn)
 	mux.Handle("GET /ui/static/{name}", p.session(p.handleStatic))
 	mux.HandleFunc("GET /ui/events", p.handleEvents)
 	mux.Handle("POST /ui/api/requests/{id}/approve", p.action(p.handleApprove))

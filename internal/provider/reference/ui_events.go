@@ -63,7 +63,7 @@ func (p *approvalPage) snapshot(approver string) (snapshot, []<-chan struct{}, e
 		if rec, err = s.expireIfDueLocked(rec); err != nil {
 			return snapshot{}, nil, err
 		}
-		if !s.sees(approver, rec.Instance, names) {
+		if !s.sees(approver, rec.Instance) {
 			continue
 		}
 		if rec.Status != provider.StatusPending {

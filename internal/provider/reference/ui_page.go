@@ -18,29 +18,17 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// handlePage signs a browser in (?token=) or renders the page for a signed-in browser.
+// handlePage renders the page for a signed-in browser, and the sign-in form for any other. A
+// credential in the address (?token=) is refused, never used: it would stay in the browser's history,
+// in proxy and server logs and in Referer headers.
 func (p *approvalPage) handlePage(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("token") {
-		approver, ok := p.s.approverFor(r.URL.Query().Get("token"))
-		if !ok {
-			signInPage(w, "That token is not the admin credential of this provider.")
-			return
-		}
-		http.SetCookie(w, &http.Cookie{
-			Name:     sessionCookie,
-			Value:    p.newSession(approver, p.s.clock.Now().Add(sessionLifetime)),
-			Path:     "/ui/",
-			MaxAge:   int(sessionLifetime / time.Second),
-			HttpOnly: true,
-			Secure:   r.TLS != nil,
-			SameSite: http.SameSiteStrictMode,
-		})
-		pageHeaders(w, "text/html; charset=utf-8")
-		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+		signInPage(w, http.StatusUnauthorized, "A credential in the address is refused: it stays in the browser's history and in logs. "+
+			"Sign in with the form instead.")
 		return
 	}
 	if !p.signedIn(r) {
-		signInPage(w, "Sign in by opening this page with the admin credential: /ui/?token=<admin credential>.")
+		signInPage(w, http.StatusOK, signInHint)
 		return
 	}
 	snap, _, err := p.snapshot(p.approver(r))
@@ -104,16 +92,23 @@ func pageHeaders(w http.ResponseWriter, contentType string) {
 	h.Set("X-Frame-Options", "DENY")
 }
 
-// signInPage answers 401 with a page that says how to sign in.
-func signInPage(w http.ResponseWriter, message string) {
+// signInHint is what the sign-in form says when nobody is signed in.
+const signInHint = "Sign in with the admin credential or your approver credential."
+
+// signInPage answers with the sign-in form, which posts the credential to /ui/sign-in in the body:
+// 200 for a browser not signed in yet, 401 for a refused credential.
+func signInPage(w http.ResponseWriter, status int, message string) {
 	pageHeaders(w, "text/html; charset=utf-8")
-	w.WriteHeader(http.StatusUnauthorized)
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	w.WriteHeader(status)
 	_ = signIn.Execute(w, message)
 }
 
 var signIn = template.Must(template.New("sign-in").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Sign in: Toolgate approvals</title></head>
-<body><h1>Toolgate approvals</h1><p id="sign-in">{{.}}</p></body></html>
+<body><h1>Toolgate approvals</h1><p id="sign-in">{{.}}</p>
+<form method="post" action="/ui/sign-in"><label>Credential <input type="password" name="token" autocomplete="current-password" required autofocus></label>
+<button type="submit">Sign in</button></form></body></html>
 `))
 
 // staticFiles are the files under ui/ served as they are, with their content types.

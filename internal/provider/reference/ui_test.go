@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -20,8 +21,6 @@ import (
 	"toolgate.dev/toolgate/internal/provider/reference"
 )
 
-const adminCredential = "approval-page-admin-credential"
-
 // pageEnv is a reference provider with a separate admin credential, and a client that does not follow
 // redirects, for the approval page.
 type pageEnv struct {
@@ -31,7 +30,7 @@ type pageEnv struct {
 
 func startPage(t *testing.T, options ...func(*reference.Options)) *pageEnv {
 	t.Helper()
-	e := start(t, append([]func(*reference.Options){func(o *reference.Options) { o.AdminCredential = adminCredential }}, options...)...)
+	e := start(t, options...)
 	noRedirect := newClient()
 	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &pageEnv{env: e, noRedirect: noRedirect}
@@ -64,10 +63,12 @@ func (p *pageEnv) send(req *http.Request) response {
 	return response{status: resp.StatusCode, header: resp.Header, body: body}
 }
 
-// signIn opens /ui/?token= and returns the response.
+// signIn posts the sign-in form with token, as a browser on the page does, and returns the response.
 func (p *pageEnv) signIn(token string) response {
 	p.t.Helper()
-	return p.send(p.pageRequest(http.MethodGet, "/ui/?token="+token, nil, nil))
+	req := p.pageRequest(http.MethodPost, "/ui/sign-in", nil, []byte(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return p.send(req)
 }
 
 // session signs in with the admin credential and returns the session cookie.
@@ -90,21 +91,42 @@ func TestApprovalPageSignIn(t *testing.T) {
 	p.create("key-1")
 
 	noSession := p.send(p.pageRequest(http.MethodGet, "/ui/", nil, nil))
-	p.g.Expect(noSession.status).To(Equal(http.StatusUnauthorized))
+	p.g.Expect(noSession.status).To(Equal(http.StatusOK), "the sign-in form")
+	p.g.Expect(noSession.header.Values("Set-Cookie")).To(BeEmpty())
 	p.g.Expect(noSession.header.Get("Content-Type")).To(HavePrefix("text/html"))
-	p.g.Expect(string(noSession.body)).To(ContainSubstring("/ui/?token=&lt;admin credential&gt;"))
+	p.g.Expect(string(noSession.body)).To(ContainSubstring(`<form method="post" action="/ui/sign-in">`))
+	p.g.Expect(string(noSession.body)).To(ContainSubstring(`<input type="password" name="token"`))
+	p.g.Expect(noSession.header.Get("Content-Security-Policy")).To(ContainSubstring("form-action 'self'"))
 	p.g.Expect(string(noSession.body)).NotTo(ContainSubstring("issue_refund"))
 
-	for _, token := range []string{"", "wrong", adminCredential + "x", credential} {
+	for _, token := range []string{"", "wrong", adminCredential + "x", credential, provisioner} {
 		r := p.signIn(token)
 		p.g.Expect(r.status).To(Equal(http.StatusUnauthorized), "token %q", token)
 		p.g.Expect(r.header.Values("Set-Cookie")).To(BeEmpty(), "token %q", token)
-		p.g.Expect(string(r.body)).To(ContainSubstring("not the admin credential"), "token %q", token)
+		p.g.Expect(string(r.body)).To(ContainSubstring("not the admin credential or an approver&#39;s credential"), "token %q", token)
 	}
+
+	// A credential in the address is refused, even the right one: it would stay in the history and logs.
+	inAddress := p.send(p.pageRequest(http.MethodGet, "/ui/?token="+adminCredential, nil, nil))
+	p.g.Expect(inAddress.status).To(Equal(http.StatusUnauthorized))
+	p.g.Expect(inAddress.header.Values("Set-Cookie")).To(BeEmpty())
+	p.g.Expect(string(inAddress.body)).To(ContainSubstring("A credential in the address is refused"))
+
+	// The form posts from the page itself: a cross-site post (login forgery) and a JSON body are refused.
+	crossSite := p.pageRequest(http.MethodPost, "/ui/sign-in", nil, []byte(url.Values{"token": {adminCredential}}.Encode()))
+	crossSite.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	crossSite.Header.Set("Sec-Fetch-Site", "cross-site")
+	crossSite.Header.Set("Origin", "http://evil.example")
+	forgery := p.send(crossSite)
+	p.g.Expect(forgery.status).To(Equal(http.StatusForbidden))
+	p.g.Expect(forgery.header.Values("Set-Cookie")).To(BeEmpty())
+	asJSON := p.send(p.pageRequest(http.MethodPost, "/ui/sign-in", nil, map[string]string{"token": adminCredential}))
+	p.g.Expect(asJSON.status).To(Equal(http.StatusBadRequest))
+	p.g.Expect(asJSON.header.Values("Set-Cookie")).To(BeEmpty())
 
 	r := p.signIn(adminCredential)
 	p.g.Expect(r.status).To(Equal(http.StatusSeeOther))
-	p.g.Expect(r.header.Get("Location")).To(Equal("/ui/"), "the redirect drops the token from the address")
+	p.g.Expect(r.header.Get("Location")).To(Equal("/ui/"))
 	set, err := http.ParseSetCookie(r.header.Get("Set-Cookie"))
 	p.g.Expect(err).NotTo(HaveOccurred())
 	p.g.Expect(set.HttpOnly).To(BeTrue())
@@ -142,47 +164,52 @@ func TestApprovalPageSignIn(t *testing.T) {
 		for _, c := range []*http.Cookie{nil, forged, later} {
 			req := p.pageRequest(http.MethodGet, path, c, nil)
 			req.Header.Set("Authorization", "Bearer "+adminCredential)
-			p.g.Expect(p.send(req).status).To(Equal(http.StatusUnauthorized), "%s with cookie %v", path, c)
+			got := p.send(req)
+			p.g.Expect(string(got.body)).NotTo(ContainSubstring("issue_refund"), "%s with cookie %v", path, c)
+			if path == "/ui/" {
+				p.g.Expect(string(got.body)).To(ContainSubstring(`action="/ui/sign-in"`), "%s with cookie %v", path, c)
+				continue
+			}
+			p.g.Expect(got.status).To(Equal(http.StatusUnauthorized), "%s with cookie %v", path, c)
 		}
 	}
 
-	redirect := p.send(p.pageRequest(http.MethodGet, "/ui?token=abc", nil, nil))
+	redirect := p.send(p.pageRequest(http.MethodGet, "/ui?x=1", nil, nil))
 	p.g.Expect(redirect.status).To(Equal(http.StatusMovedPermanently))
-	p.g.Expect(redirect.header.Get("Location")).To(Equal("/ui/?token=abc"))
+	p.g.Expect(redirect.header.Get("Location")).To(Equal("/ui/?x=1"))
 
 	// The session ends after 12 hours.
 	p.clock.Step(12 * time.Hour)
-	p.g.Expect(p.send(p.pageRequest(http.MethodGet, "/ui/", cookie, nil)).status).To(Equal(http.StatusUnauthorized))
+	p.g.Expect(string(p.send(p.pageRequest(http.MethodGet, "/ui/", cookie, nil)).body)).To(ContainSubstring(`action="/ui/sign-in"`))
+	p.g.Expect(p.send(p.pageRequest(http.MethodGet, "/ui/events", cookie, nil)).status).To(Equal(http.StatusUnauthorized))
 }
 
-// The page is an admin surface and accepts exactly the credential the admin API accepts: the admin
-// credential, which is the provider credential when no admin credential is configured. It is therefore
-// never "disabled" on its own: it is available whenever the admin API is.
+// The page is an admin surface and accepts exactly the credentials the admin API accepts: the admin
+// credential, never the instance credential, whether the admin credential is given or drawn at random.
 func TestApprovalPageAcceptsTheAdminAPICredential(t *testing.T) {
 	for _, tc := range []struct {
-		name            string
-		adminCredential string
-		accepted        string
-		refused         string
+		name  string
+		given string
 	}{
-		{name: "no admin credential: the provider credential", accepted: credential, refused: "wrong"},
-		{name: "separate admin credential", adminCredential: adminCredential, accepted: adminCredential, refused: credential},
+		{name: "drawn at random"},
+		{name: "given", given: adminCredential},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := start(t, func(o *reference.Options) { o.AdminCredential = tc.adminCredential })
-			p := &pageEnv{env: e, noRedirect: &http.Client{
-				Transport:     &http.Transport{DisableKeepAlives: true},
-				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-			}}
-			adminList := func(token string) int {
-				req := e.request(http.MethodGet, "/admin/v1/requests", nil)
-				req.Header.Set("Authorization", "Bearer "+token)
-				return e.do(req).status
+			p := startPage(t, func(o *reference.Options) { o.AdminCredential = tc.given })
+			accepted := p.srv.AdminCredential()
+			p.g.Expect(accepted).NotTo(BeEmpty())
+			if tc.given != "" {
+				p.g.Expect(accepted).To(Equal(tc.given))
 			}
-			e.g.Expect(p.signIn(tc.accepted).status).To(Equal(http.StatusSeeOther))
-			e.g.Expect(adminList(tc.accepted)).To(Equal(http.StatusOK))
-			e.g.Expect(p.signIn(tc.refused).status).To(Equal(http.StatusUnauthorized))
-			e.g.Expect(adminList(tc.refused)).To(Equal(http.StatusUnauthorized))
+			adminList := func(token string) int {
+				return p.do(p.requestAs(token, http.MethodGet, "/admin/v1/requests", nil)).status
+			}
+			p.g.Expect(p.signIn(accepted).status).To(Equal(http.StatusSeeOther))
+			p.g.Expect(adminList(accepted)).To(Equal(http.StatusOK))
+			for _, refused := range []string{credential, provisioner, "wrong"} {
+				p.g.Expect(p.signIn(refused).status).To(Equal(http.StatusUnauthorized), refused)
+				p.g.Expect(adminList(refused)).To(Equal(http.StatusUnauthorized), refused)
+			}
 		})
 	}
 }
@@ -568,10 +595,12 @@ func (b *browser) problems() []string {
 func (b *browser) open(base string) {
 	b.t.Helper()
 	b.do(
-		chromedp.Navigate(base+"/ui/?token="+adminCredential),
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), adminCredential),
+		chromedp.Submit(chromedp.CSS(`input[name="token"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="live"]`)),
 	)
-	b.g.Expect(browserRun(b, chromedp.Location())).To(Equal(base+"/ui/"), "the token left the address bar")
+	b.g.Expect(browserRun(b, chromedp.Location())).To(Equal(base+"/ui/"), "no credential in the address")
 }
 
 func row(id string) string { return fmt.Sprintf(`article.request[data-id=%q]`, id) }

@@ -40,7 +40,8 @@ func TestApprovalPageRecordsWhoDecided(t *testing.T) {
 
 	// A session cookie whose name was changed is no session.
 	forged := &http.Cookie{Name: alice.Name, Value: alice.Value[:len("1234567890")] + ".Ym9i" + alice.Value[len("1234567890")+len(".YWxpY2U"):]}
-	p.g.Expect(p.send(p.pageRequest(http.MethodGet, "/ui/", forged, nil)).status).To(Equal(http.StatusUnauthorized))
+	p.g.Expect(p.send(p.pageRequest(http.MethodGet, "/ui/events", forged, nil)).status).To(Equal(http.StatusUnauthorized))
+	p.g.Expect(string(p.send(p.pageRequest(http.MethodGet, "/ui/", forged, nil)).body)).To(ContainSubstring(`action="/ui/sign-in"`))
 
 	// An approver's credential is not the admin's: faults and stats stay admin-only.
 	req := p.newRequest(http.MethodGet, "/admin/v1/stats", nil)
@@ -89,7 +90,9 @@ func TestApprovalPageShowsTheInstanceInBrowser(t *testing.T) {
 
 	b := newBrowser(t)
 	b.do(
-		chromedp.Navigate(p.url+"/ui/?token="+aliceCredential),
+		chromedp.Navigate(p.url+"/ui/"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), aliceCredential),
+		chromedp.Submit(chromedp.CSS(`input[name="token"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="live"]`)),
 	)
 	b.g.Expect(b.text("#approver-name")).To(Equal("alice"))

@@ -149,7 +149,7 @@
   });
   events.addEventListener("error", () => {
     if (events.readyState === EventSource.CLOSED) {
-      setConnection("closed", "Disconnected: the session may have ended. Sign in again with /ui/?token=<admin credential>.");
+      setConnection("closed", "Disconnected: the session may have ended. Sign in again at /ui/.");
     } else {
       setConnection("reconnecting", "Reconnecting…");
     }

@@ -1,0 +1,298 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
+	toolswatch "k8s.io/client-go/tools/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// Removals despite the finalizer, across restarts. goneCalls holds a ToolCall the apiserver removed
+// despite its finalizer until its request is withdrawn, in memory: a manager killed before the
+// withdrawal would forget it, and no ToolCall is left to remind the next one. So the position in the
+// ToolCall watch up to which every such removal has been withdrawn (goneCursor) is kept in a Lease,
+// goneCursorLease, beside the leader election's; the leader that starts replays the ToolCall watch
+// from there to the present (client-go's RetryWatcher) and holds each removal it finds, as its own
+// watch would have. The replay reaches as far back as the apiserver keeps history (etcd compaction,
+// every five minutes by default): after a longer absence it logs that the removals of that time
+// could not be replayed.
+
+const (
+	// goneCursorLease names the Lease that keeps the cursor, in the leader election's namespace.
+	goneCursorLease = "toolgate-gone-cursor"
+	// goneCursorSave is how often the leader saves a cursor that moved.
+	goneCursorSave = 2 * time.Second
+)
+
+// goneCursor is the position in the ToolCall watch up to which every removal despite the finalizer
+// has been withdrawn: the resourceVersion of the last ToolCall event recordGone handled, held back to
+// just before the oldest removal not yet withdrawn, and to the saved position until the replay is done.
+type goneCursor struct {
+	mu       sync.Mutex
+	seen     uint64     // the latest resourceVersion of a ToolCall event recordGone handled
+	held     []heldGone // removals not yet withdrawn, in the order they were seen
+	start    uint64     // the saved position when this leader started
+	replayed bool       // the replay from start is done
+	opaque   bool       // resourceVersions are not numbers here: no position is kept
+}
+
+type heldGone struct {
+	uid    types.UID
+	before uint64 // the position before its removal
+}
+
+// observe moves the position to rv, the resourceVersion of a ToolCall event, if it is later.
+func (c *goneCursor) observe(rv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.observeLocked(rv)
+}
+
+func (c *goneCursor) observeLocked(rv string) {
+	v, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		c.opaque = true
+		return
+	}
+	c.seen = max(c.seen, v)
+}
+
+// hold records the removal of uid, seen at rv; before is the position before it (nil: the current).
+func (c *goneCursor) hold(uid types.UID, rv string, before *uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.held {
+		if h.uid == uid {
+			return
+		}
+	}
+	b := c.seen
+	if before != nil {
+		b = *before
+	}
+	c.held = append(c.held, heldGone{uid: uid, before: b})
+	c.observeLocked(rv)
+}
+
+// release forgets the removal of uid: it was withdrawn, or given up.
+func (c *goneCursor) release(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, h := range c.held {
+		if h.uid == uid {
+			c.held = append(c.held[:i], c.held[i+1:]...)
+			return
+		}
+	}
+}
+
+// position returns the position to save; ok is false while there is none to save.
+func (c *goneCursor) position() (pos uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.opaque:
+		return 0, false
+	case !c.replayed:
+		return c.start, c.start != 0
+	}
+	pos = c.seen
+	for _, h := range c.held {
+		pos = min(pos, h.before)
+	}
+	return pos, pos != 0
+}
+
+// goneReplay is the leader's Runnable that replays the removals since the saved position and then
+// keeps saving the position.
+type goneReplay struct {
+	r          *ToolCallReconciler
+	live       client.WithWatch // the apiserver, for the Lease, the list and the watch
+	namespace  string           // of the Lease
+	namespaces []string         // whose ToolCalls are replayed; all when empty
+	replayed   chan<- event.TypedGenericEvent[*tg.ToolCall]
+}
+
+// NeedLeaderElection: only the leader withdraws, so only the leader replays and saves.
+func (g *goneReplay) NeedLeaderElection() bool { return true }
+
+func (g *goneReplay) Start(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithName("gone-replay")
+	cur := &g.r.gone.cursor
+	lease := &coordinationv1.Lease{}
+	err := g.live.Get(ctx, types.NamespacedName{Namespace: g.namespace, Name: goneCursorLease}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		lease = nil
+	case err != nil:
+		return fmt.Errorf("reading Lease %s/%s: %w", g.namespace, goneCursorLease, err)
+	}
+	saved := ""
+	if lease != nil {
+		saved = lease.Annotations[tg.AnnotationGoneCursor]
+	}
+	start, perr := strconv.ParseUint(saved, 10, 64)
+	cur.mu.Lock()
+	cur.start = start
+	cur.mu.Unlock()
+	if saved != "" && perr == nil {
+		g.replay(ctx, saved, start)
+	}
+	cur.mu.Lock()
+	cur.replayed = true
+	cur.mu.Unlock()
+	if ctx.Err() != nil {
+		return nil
+	}
+	log.V(1).Info("removals despite the finalizer replayed", "from", saved)
+
+	last := saved
+	ticker := time.NewTicker(goneCursorSave)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		pos, ok := cur.position()
+		if !ok || strconv.FormatUint(pos, 10) == last {
+			continue
+		}
+		next := strconv.FormatUint(pos, 10)
+		if err := g.save(ctx, &lease, next); err != nil {
+			log.Error(err, "saving the position of withdrawn removals", "lease", goneCursorLease)
+			continue
+		}
+		last = next
+	}
+}
+
+// save writes pos into the Lease, creating it if need be.
+func (g *goneReplay) save(ctx context.Context, lease **coordinationv1.Lease, pos string) error {
+	if *lease == nil {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: goneCursorLease,
+			Annotations: map[string]string{tg.AnnotationGoneCursor: pos}}}
+		if err := g.live.Create(ctx, l); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return g.live.Get(ctx, client.ObjectKeyFromObject(l), l) // saved at the next tick
+			}
+			return err
+		}
+		*lease = l
+		return nil
+	}
+	l := (*lease).DeepCopy()
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[tg.AnnotationGoneCursor] = pos
+	if err := g.live.Update(ctx, l); err != nil {
+		if apierrors.IsConflict(err) {
+			_ = g.live.Get(ctx, client.ObjectKeyFromObject(l), *lease)
+		}
+		return err
+	}
+	*lease = l
+	return nil
+}
+
+// replay watches the ToolCalls of each namespace from saved to the present and holds every removal
+// despite the finalizer it sees.
+func (g *goneReplay) replay(ctx context.Context, saved string, start uint64) {
+	namespaces := g.namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		if err := g.replayNamespace(ctx, ns, saved, start); err != nil && ctx.Err() == nil {
+			logf.FromContext(ctx).Error(err, "the removals of ToolCalls despite their finalizer since the saved position could not all be replayed: "+
+				"a request submitted for such a ToolCall while no manager led may stay pending until its provider deadline", "namespace", ns, "from", saved)
+		}
+	}
+}
+
+func (g *goneReplay) replayNamespace(ctx context.Context, ns, saved string, start uint64) error {
+	list := &tg.ToolCallList{}
+	if err := g.live.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
+		return fmt.Errorf("listing ToolCalls: %w", err)
+	}
+	present, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil || present <= start {
+		return nil // nothing since the saved position (or no position to compare with)
+	}
+	rw, err := toolswatch.NewRetryWatcherWithContext(ctx, saved, watcherOf(g.live, ns))
+	if err != nil {
+		return err
+	}
+	defer rw.Stop()
+	for {
+		var ev apiwatch.Event
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-rw.ResultChan():
+			if !ok {
+				return fmt.Errorf("the watch from %s ended", saved)
+			}
+			ev = e
+		}
+		if ev.Type == apiwatch.Error {
+			return apierrors.FromObject(ev.Object)
+		}
+		tc, ok := ev.Object.(*tg.ToolCall)
+		if !ok {
+			continue
+		}
+		if ev.Type == apiwatch.Deleted && removedDespiteFinalizer(tc) {
+			g.r.gone.add(tc, g.r.Clock.Now(), &start)
+			select {
+			case g.replayed <- event.TypedGenericEvent[*tg.ToolCall]{Object: tc}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if v, err := strconv.ParseUint(tc.ResourceVersion, 10, 64); err == nil && v >= present {
+			return nil
+		}
+	}
+}
+
+// watcherOf watches ToolCalls in ns through c, as RetryWatcher asks, with bookmarks, so that a quiet
+// namespace still reaches the present.
+func watcherOf(c client.WithWatch, ns string) watchFunc {
+	return func(ctx context.Context, options metav1.ListOptions) (apiwatch.Interface, error) {
+		options.AllowWatchBookmarks = true
+		return c.Watch(ctx, &tg.ToolCallList{}, client.InNamespace(ns), &client.ListOptions{Raw: &options})
+	}
+}
+
+type watchFunc func(ctx context.Context, options metav1.ListOptions) (apiwatch.Interface, error)
+
+func (f watchFunc) WatchWithContext(ctx context.Context, options metav1.ListOptions) (apiwatch.Interface, error) {
+	return f(ctx, options)
+}
+
+// addGoneReplay adds the leader's replay of removals despite the finalizer to mgr; it sends what it
+// finds on replayed.
+func (r *ToolCallReconciler) addGoneReplay(mgr ctrl.Manager, replayed chan<- event.TypedGenericEvent[*tg.ToolCall]) error {
+	live, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("a client for the replay of removed ToolCalls: %w", err)
+	}
+	return mgr.Add(&goneReplay{r: r, live: live, namespace: r.goneNamespace, namespaces: r.namespaces, replayed: replayed})
+}
