@@ -110,7 +110,7 @@ func (c *goneCursor) position() (pos uint64, ok bool) {
 	case !c.replayed:
 		return c.start, c.start != 0
 	}
-	pos = c.seen
+	pos = max(c.seen, c.start) // every removal up to start was withdrawn, or is held
 	for _, h := range c.held {
 		pos = min(pos, h.before)
 	}
