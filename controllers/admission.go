@@ -216,15 +216,11 @@ func ruleSuffix(rule string) string {
 	return " (rule " + rule + ")"
 }
 
-// acceptedDuration reads one annotation of the acceptance record, for the acceptance check.
+// acceptedDuration reads one duration of the acceptance record, for the acceptance check.
 func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *lifecycle.Status) {
-	v, ok := tc.Annotations[key]
-	if !ok {
-		return 0, notAccepted(fmt.Sprintf("annotation %s is missing (the controller writes it together with the finalizer)", key))
-	}
-	d, err := time.ParseDuration(v)
+	d, err := lifecycle.AcceptedDuration(tc, key)
 	if err != nil {
-		return 0, notAccepted(fmt.Sprintf("annotation %s is %q, not a duration", key, v))
+		return 0, notAccepted(err.Error())
 	}
 	return d, nil
 }

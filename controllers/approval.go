@@ -19,13 +19,6 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// Observation is what the Waiter last learnt about a request: its state, or why it stopped.
-type Observation struct {
-	Request *provider.Request
-	// Err is a final error: the request is gone (404) or a response could not be trusted.
-	Err error
-}
-
 // submit admits a new ToolCall (or rejects it) and submits its approval request, idempotently.
 func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc

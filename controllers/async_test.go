@@ -103,7 +103,7 @@ func (e *asyncEnv) deliveryRegistered() *tg.WebhookRegistration {
 		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
-		g.Expect(c.Reason).To(Equal(tg.ReasonDeliveryRegistered))
+		g.Expect(c.Reason).To(Equal(tg.ReasonRegistered))
 		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
 		g.Expect(ap.Status.Delivery.Active.InstanceID).To(Equal(ap.Status.Instance.ID))
 		reg = ap.Status.Delivery.Active
@@ -469,7 +469,7 @@ func TestDeliveryUpdateThatCannotBeSentSaysWhy(t *testing.T) {
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(c.Reason).To(Equal(tg.ReasonDeliveryFailed))
+		g.Expect(c.Reason).To(Equal(tg.ReasonRegistrationFailed))
 		g.Expect(c.Message).To(Equal("The registration of " + e.receiverURL + " could not be submitted (the provisioner token cannot be used: the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate); retried."))
 	}).Should(Succeed())
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,7 +55,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		}
 		// Delivery was removed: the provider stops delivering, and waiting calls go back to long polls.
 		if err := r.updateDelivery(ctx, k, obj, inst.ID, "remove/"+st.Delivery.Active.RegistrationID, provider.DeliveryUpdate{Remove: true}); err != nil {
-			return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (%s); retried.", updateFailure(err)), reprobeNotReady
+			return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "spec.delivery was removed, but the provider could not be told to stop delivering (%s); retried.", updateFailure(err)), reprobeNotReady
 		}
 		st.Delivery = nil
 		return nil, 0
@@ -70,44 +69,44 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		if p := d.Previous; p != nil && p.InstanceID == inst.ID && a.Since != nil && r.Clock.Since(a.Since.Time) > previousGrace {
 			d.Previous = nil
 		}
-		return cond(metav1.ConditionTrue, tg.ReasonDeliveryRegistered, "The provider delivers the notifications of instance %s to %s.", inst.ID, a.ReceiverURL), 0
+		return cond(metav1.ConditionTrue, tg.ReasonRegistered, "The provider delivers the notifications of instance %s to %s.", inst.ID, a.ReceiverURL), 0
 	}
 	if p := d.Proposed; p == nil || !matches(p, want, inst.ID) {
 		// The cache may not show a proposal written a moment ago: the object is read live before
 		// another registration is drawn.
 		live := newProviderObject(k.kind)
 		if err := r.providers.live.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
-			return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The provider object could not be read: %s.", apierrors.ReasonForError(err)), reprobeNotReady
+			return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The provider object could not be read: %s.", apierrors.ReasonForError(err)), reprobeNotReady
 		}
 		if ld := live.GetStatus().Delivery; ld != nil && ld.Proposed != nil && matches(ld.Proposed, want, inst.ID) {
 			d.Proposed = ld.Proposed
-			return cond(metav1.ConditionFalse, tg.ReasonDeliveryRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
+			return cond(metav1.ConditionFalse, tg.ReasonRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
 		}
 		reg, err := r.propose(ctx, k, obj, want, inst.ID)
 		if err != nil {
-			return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "%v", err), reprobeNotReady
+			return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "%v", err), reprobeNotReady
 		}
 		d.Proposed = reg
 		// Submitted once the cache shows the proposal, which the receiver reads.
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
+		return cond(metav1.ConditionFalse, tg.ReasonRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
 	}
 	p := d.Proposed
 	secret, err := r.providers.secretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: p.SecretName}, signingSecretKey)
 	if err != nil {
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The signing secret of registration %s cannot be read: %v.", p.RegistrationID, err), reprobeNotReady
+		return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The signing secret of registration %s cannot be read: %v.", p.RegistrationID, err), reprobeNotReady
 	}
 	err = r.updateDelivery(ctx, k, obj, inst.ID, p.RegistrationID, provider.DeliveryUpdate{Set: &provider.WebhookDeliveryInput{
 		Type: tg.DeliveryWebhook, URL: p.ReceiverURL, RegistrationID: p.RegistrationID, SigningSecret: secret}})
 	switch code := provider.CodeOf(err); {
 	case err == nil:
 	case code == provider.CodeWebhookVerificationFailed:
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryVerificationFailed,
+		return cond(metav1.ConditionFalse, tg.ReasonVerificationFailed,
 			"The provider could not verify the receiver at %s (422): check that it reaches that URL (an Ingress or Gateway route to the manager's receiver Service) and that the route keeps the path; retried.", p.ReceiverURL), reprobeNotReady
 	case code == provider.CodeInvalidWebhookURL || code == provider.CodeUnsupportedDeliveryType || code == provider.CodeInvalidRequest:
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed,
+		return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed,
 			"The provider refused the delivery to %s (provider error %s): it takes public https:// URLs only, and may not offer asynchronous mode.", p.ReceiverURL, code), reprobeNotReady
 	default:
-		return cond(metav1.ConditionFalse, tg.ReasonDeliveryFailed, "The registration of %s could not be submitted (%s); retried.", p.ReceiverURL, updateFailure(err)), reprobeNotReady
+		return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The registration of %s could not be submitted (%s); retried.", p.ReceiverURL, updateFailure(err)), reprobeNotReady
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	if d.Active != nil {
@@ -115,7 +114,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 	}
 	p.Since = &now
 	d.Active, d.Proposed = p, nil
-	return cond(metav1.ConditionTrue, tg.ReasonDeliveryRegistered, "The provider delivers the notifications of instance %s to %s.", inst.ID, p.ReceiverURL), 0
+	return cond(metav1.ConditionTrue, tg.ReasonRegistered, "The provider delivers the notifications of instance %s to %s.", inst.ID, p.ReceiverURL), 0
 }
 
 // matches reports whether registration reg is what spec.delivery wants for instance.
@@ -192,40 +191,6 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Cache indexes the receiver finds things by.
-const (
-	// registrationField indexes provider objects by the registration ids of their delivery status.
-	registrationField = "toolgate.dev/webhook-registration"
-	// instanceField indexes provider objects by the instances they hold (status.instance, the
-	// replaced ones) and their registrations are for.
-	instanceField = "toolgate.dev/webhook-instance"
-	// requestIDField indexes ToolCalls by their request id.
-	requestIDField = "toolgate.dev/request-id"
-)
-
-// deliveryRegistrations are the active, proposed and previous registrations of a provider object.
-func deliveryRegistrations(o client.Object) []tg.WebhookRegistration {
-	d := o.(tg.GenericProvider).GetStatus().Delivery
-	if d == nil {
-		return nil
-	}
-	var out []tg.WebhookRegistration
-	for _, r := range []*tg.WebhookRegistration{d.Active, d.Proposed, d.Previous} {
-		if r != nil {
-			out = append(out, *r)
-		}
-	}
-	return out
-}
-
-func indexProvidersByRegistration(o client.Object) []string {
-	var out []string
-	for _, r := range deliveryRegistrations(o) {
-		out = append(out, r.RegistrationID)
-	}
-	return out
-}
-
 // claim is a provider object found by one of its registrations or instances.
 type claim struct {
 	k   providerKey
@@ -255,31 +220,4 @@ func providersBy(ctx context.Context, c client.Reader, field, value string) ([]c
 		out = append(out, claim{providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap})
 	}
 	return out, nil
-}
-
-func indexProvidersByInstance(o client.Object) []string {
-	var out []string
-	add := func(id string) {
-		if id != "" && !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	for _, r := range deliveryRegistrations(o) {
-		add(r.InstanceID)
-	}
-	st := o.(tg.GenericProvider).GetStatus()
-	if st.Instance != nil {
-		add(st.Instance.ID)
-	}
-	for _, old := range st.ReplacedInstances {
-		add(old.ID)
-	}
-	return out
-}
-
-func indexToolCallsByRequestID(o client.Object) []string {
-	if id := o.(*tg.ToolCall).Status.RequestID; id != "" {
-		return []string{id}
-	}
-	return nil
 }

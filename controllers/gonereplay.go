@@ -133,13 +133,9 @@ func (g *goneReplay) NeedLeaderElection() bool { return true }
 func (g *goneReplay) Start(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithName("gone-replay")
 	cur := &g.r.gone.cursor
-	lease := &coordinationv1.Lease{}
-	err := g.live.Get(ctx, types.NamespacedName{Namespace: g.namespace, Name: goneCursorLease}, lease)
-	switch {
-	case apierrors.IsNotFound(err):
-		lease = nil
-	case err != nil:
-		return fmt.Errorf("reading Lease %s/%s: %w", g.namespace, goneCursorLease, err)
+	lease, err := g.read(ctx)
+	if err != nil {
+		return nil // the manager is stopping
 	}
 	saved := ""
 	if lease != nil {
@@ -179,6 +175,28 @@ func (g *goneReplay) Start(ctx context.Context) error {
 			continue
 		}
 		last = next
+	}
+}
+
+// read reads the Lease (nil if there is none), retrying what fails, since the position cannot be
+// saved before the removals since the last one are replayed; it fails only when ctx ends.
+func (g *goneReplay) read(ctx context.Context) (*coordinationv1.Lease, error) {
+	key := types.NamespacedName{Namespace: g.namespace, Name: goneCursorLease}
+	for {
+		lease := &coordinationv1.Lease{}
+		err := g.live.Get(ctx, key, lease)
+		switch {
+		case err == nil:
+			return lease, nil
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		}
+		logf.FromContext(ctx).Error(err, "reading the saved position of withdrawn removals; retrying", "lease", key)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(goneCursorSave):
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/waiter"
 )
 
 // Options configure a Toolgate manager.
@@ -182,31 +182,13 @@ var toolCallUIDExists = func() labels.Requirement {
 // its long-poll Waiter, the Tool controller, and the health probes.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
-	rules, err := newRuleCache(policy.DefaultLimits())
+	tools, err := newToolCache(policy.DefaultLimits())
 	if err != nil {
 		return err
 	}
-	for _, ix := range []struct {
-		obj   client.Object
-		field string
-		fn    client.IndexerFunc
-	}{
-		{&tg.ToolCall{}, providerField, indexToolCallsByProvider},
-		{&tg.ApprovalProvider{}, registrationField, indexProvidersByRegistration},
-		{&tg.ApprovalProvider{}, instanceField, indexProvidersByInstance},
-		{&tg.ClusterApprovalProvider{}, registrationField, indexProvidersByRegistration},
-		{&tg.ClusterApprovalProvider{}, instanceField, indexProvidersByInstance},
-	} {
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), ix.obj, ix.field, ix.fn); err != nil {
-			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
-		}
-	}
 	receiverOn := o.ReceiverBindAddress != "" && o.ReceiverBindAddress != "0"
-	if receiverOn {
-		// Only the receiver finds calls by their request id.
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.ToolCall{}, requestIDField, indexToolCallsByRequestID); err != nil {
-			return fmt.Errorf("indexing ToolCalls by %s: %w", requestIDField, err)
-		}
+	if err := registerIndexes(mgr, receiverOn); err != nil {
+		return err
 	}
 	provs := newProviders(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
 		provider.Options{OnError: CountProviderError})
@@ -215,7 +197,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
 		CallTimeout:             o.CallTimeout,
-		Waiter:                  NewWaiter(o.PollWait, mgr.GetLogger().WithName("waiter")),
+		Waiter:                  waiter.New(o.PollWait, mgr.GetLogger().WithName("waiter")),
 		asyncReads:              newAsyncReads(),
 		handed:                  newHandedNotes(),
 		elected:                 mgr.Elected(),
@@ -227,12 +209,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		goneNamespace:           cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace),
 		namespaces:              o.Namespaces,
 	}
-	r.rules = rules
+	r.tools = tools
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
-	tools := &ToolReconciler{Client: mgr.GetClient(), rules: rules}
-	if err := tools.SetupWithManager(mgr); err != nil {
+	toolController := &ToolReconciler{Client: mgr.GetClient(), tools: tools}
+	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
 	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {

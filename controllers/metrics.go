@@ -26,11 +26,6 @@ var (
 		Help: "Failed provider HTTP attempts, by operation and error code.",
 	}, []string{"op", "code"})
 
-	pendingWaiters = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "toolgate_pending_waiters",
-		Help: "Approval requests being long-polled right now.",
-	})
-
 	policyDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_policy_decisions_total",
 		Help: "ToolCalls decided by a rule of their Tool's spec.approval without asking a human, by action (Approve, Deny).",
@@ -38,7 +33,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, providerRequestErrors, pendingWaiters, policyDecisions)
+	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, providerRequestErrors, policyDecisions)
 }
 
 // CountProviderError is the provider client's OnError hook.

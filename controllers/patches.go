@@ -13,7 +13,8 @@ import (
 
 // The two writes every decision makes to its ToolCall send what client.MergeFrom would, computed
 // from the part they change. client.MergeFrom serialises both whole objects and decodes them again
-// to diff them; at many pending calls that was a seventh of what the manager allocated per decision.
+// to diff them, which at many pending calls is a large share of what the manager allocates per
+// decision (see docs/performance.md).
 
 // statusMergeFrom is client.MergeFrom for a write of a ToolCall's status subresource, which applies
 // the status alone: the merge patch from the status as it was read (from, which the caller does not

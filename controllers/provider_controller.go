@@ -49,10 +49,24 @@ const (
 	reprobeNotReady = 10 * time.Second
 )
 
-// Reconcile: get; a deleted object with an instance of its own deletes the instance, one with an
-// issued credential waits until the calls accepted with it ended, then the object goes; otherwise
-// add the finalizer and provision the instance (spec.provisioning) unless it exists, then build the
-// client and probe the provider, and write the status once if it changed.
+// Reconcile: get, handle deletion, then the steps below in order, and one status write at the end,
+// skipped when nothing changed.
+//
+//	step (file)                                              what it sets
+//	deleted: retire (provider_controller.go)                 an object with an instance of its own
+//	                                                         deletes it; one with an issued credential
+//	                                                         waits until its calls ended; then it goes
+//	spec.provisioning: provision (provisioning.go)           the finalizer, the instance and its
+//	                                                         credential Secret; a replacement once two
+//	                                                         thirds of an expiring credential passed;
+//	                                                         Ready False when none could be had
+//	spec.provisioning: retireReplaced (provisioning.go)      replaced instances no call uses deleted
+//	otherwise: the in-use finalizer                          -
+//	check (provider_controller.go)                           Ready: the client built and the provider
+//	                                                         probed with the credential
+//	registerDelivery (delivery.go)                           Delivery: the receiver registered with
+//	                                                         the instance (spec.delivery), or removed
+//	requeue                                                  the next probe, renewal or retirement
 func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := newProviderObject(r.kind)
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
@@ -133,7 +147,7 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 	secret, key := r.providers.credentialOf(k, obj)
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeNotFound:
-		return metav1.ConditionTrue, tg.ReasonProviderReady, "An authenticated read at the provider succeeded."
+		return metav1.ConditionTrue, tg.ReasonReachable, "An authenticated read at the provider succeeded."
 	case provider.CodeUnauthenticated:
 		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialExpiresAt != nil {
 			return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
@@ -150,7 +164,7 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 		if cert := certificateProblem(err); cert != "" {
 			cause = "the provider's TLS certificate could not be verified: " + cert + "; check spec.url, and that spec.caBundle or spec.caBundleRef holds the CA that signed it"
 		}
-		return metav1.ConditionFalse, tg.ReasonProviderUnreachable, fmt.Sprintf("The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
+		return metav1.ConditionFalse, tg.ReasonUnreachable, fmt.Sprintf("The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
 	}
 }
 

@@ -99,7 +99,7 @@ func readyTeamProvider(h *th.Harness, name string) *reference.Server {
 	team, url := startTeamProvider(h)
 	credentialSecret(h, "team-credential", teamCredential, serves(name))
 	approvalProvider(h, name, url, "team-credential")
-	providerReady(h, name, metav1.ConditionTrue, tg.ReasonProviderReady)
+	providerReady(h, name, metav1.ConditionTrue, tg.ReasonReachable)
 	return team
 }
 
@@ -224,7 +224,7 @@ func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
 	g.Expect(team.List("")).To(BeEmpty(), "nothing was submitted while the provider was not Ready")
 
 	credentialSecret(h, "team-credential", teamCredential, serves("team"))
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
 }
@@ -270,7 +270,7 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 	team, url := startTeamProvider(h)
 	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
 
 	ap := &tg.ApprovalProvider{}
 	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "team"}, ap)).To(Succeed())
@@ -332,7 +332,7 @@ func TestClusterProviderServesTheToolsThatNameIt(t *testing.T) {
 	}}
 	g.Expect(h.K8s.Create(context.Background(), shared)).To(Succeed())
 	t.Cleanup(func() { _ = h.K8s.Delete(context.Background(), shared) })
-	readyCondition(h, &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionTrue, tg.ReasonProviderReady)
+	readyCondition(h, &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionTrue, tg.ReasonReachable)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindClusterApprovalProvider, name))
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
@@ -351,7 +351,7 @@ func TestUnreachableProviderDoesNotHoldCallsBack(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	credentialSecret(h, "team-credential", teamCredential, serves("team"))
 	approvalProvider(h, "team", "http://"+addr, "team-credential")
-	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonProviderUnreachable)
+	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonUnreachable)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	g.Eventually(func(g Gomega) {

@@ -48,8 +48,8 @@ func (k providerKey) annotation() string {
 	return k.kind + "/" + k.name
 }
 
-// acceptedProvider reads the provider the acceptance record fixed. A record without it was written
-// before providers were resources: the manager's flags.
+// acceptedProvider reads the provider the acceptance record fixed. A record without it names the
+// manager's flags.
 func acceptedProvider(tc *tg.ToolCall) (providerKey, error) {
 	v := tc.Annotations[tg.AnnotationProvider]
 	if v == "" {
@@ -206,7 +206,7 @@ func (p *providers) client(ctx context.Context, k providerKey, ready bool, insta
 		switch {
 		case !checked:
 			return nil, "", k.String() + " has not been checked yet", nil
-		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonProviderUnreachable:
+		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonUnreachable:
 			// Its settings cannot work (a missing Secret, a refused credential): nothing is
 			// submitted until they are fixed. An unreachable provider is tried all the same: the
 			// submission retries on its own and says why it fails.
@@ -307,9 +307,6 @@ func (p *providers) drop(ck clientKey) {
 	p.mu.Unlock()
 }
 
-// providerField indexes ToolCalls by the provider their acceptance recorded (providerIndex).
-const providerField = "toolgate.dev/provider"
-
 // providerIndex is the index value of the provider k: the kind, the namespace of an ApprovalProvider,
 // and the name; "" for the manager's flags.
 func providerIndex(k providerKey) string {
@@ -317,15 +314,6 @@ func providerIndex(k providerKey) string {
 		return ""
 	}
 	return k.kind + "/" + k.namespace + "/" + k.name
-}
-
-// indexToolCallsByProvider indexes ToolCalls by the provider their acceptance recorded.
-func indexToolCallsByProvider(o client.Object) []string {
-	k, err := acceptedProvider(o.(*tg.ToolCall))
-	if err != nil || k == flagsProvider {
-		return nil
-	}
-	return []string{providerIndex(k)}
 }
 
 // inUse reports whether calls accepted with provider k have not ended yet.

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -335,14 +336,8 @@ func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Mess
 	if err != nil {
 		return nil, err
 	}
-	var rcx struct {
-		Namespace string `json:"namespace"`
-		ToolCall  struct {
-			Name string `json:"name"`
-			UID  string `json:"uid"`
-		} `json:"tool_call"`
-	}
-	if len(req.Context) == 0 || json.Unmarshal(req.Context, &rcx) != nil || rcx.ToolCall.Name == "" {
+	key, uid, found := lifecycle.ContextToolCall(req.Context)
+	if !found {
 		// The provider does not echo the context. A request this young may be one whose submission's
 		// status write has not landed yet: the provider is asked to deliver again shortly.
 		if rc.Clock.Since(req.CreatedAt) < time.Minute {
@@ -351,10 +346,10 @@ func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Mess
 		return nil, nil
 	}
 	tc := &tg.ToolCall{}
-	if err := rc.APIReader.Get(ctx, types.NamespacedName{Namespace: rcx.Namespace, Name: rcx.ToolCall.Name}, tc); err != nil {
+	if err := rc.APIReader.Get(ctx, key, tc); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if string(tc.UID) != rcx.ToolCall.UID || !rc.submittedTo(tc, k, m.InstanceID) {
+	if tc.UID != uid || !rc.submittedTo(tc, k, m.InstanceID) {
 		return nil, nil
 	}
 	return tc, nil

@@ -66,7 +66,7 @@ func TestExpiringCredentialIsReplacedAndTheOldInstanceServesItsCallsToTheEnd(t *
 	team, url := startExpiringProvider(h, clk)
 	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", "True", tg.ReasonProviderReady)
+	providerReady(h, "team", "True", tg.ReasonReachable)
 	first := provisionedStatus(g, h, "team").Instance
 	g.Expect(first).NotTo(BeNil())
 	g.Expect(first.CredentialIssuedAt).NotTo(BeNil())
@@ -95,7 +95,7 @@ func TestExpiringCredentialIsReplacedAndTheOldInstanceServesItsCallsToTheEnd(t *
 	for _, name := range []string{first.CredentialSecretName, second.CredentialSecretName} {
 		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, &corev1.Secret{})).To(Succeed())
 	}
-	providerReady(h, "team", "True", tg.ReasonProviderReady)
+	providerReady(h, "team", "True", tg.ReasonReachable)
 
 	// A new call goes to the new instance.
 	after := h.ToolCall("after", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
@@ -138,7 +138,7 @@ func TestReplacedInstanceIsDeletedWhenItsCredentialExpires(t *testing.T) {
 	team, url := startExpiringProvider(h, clk)
 	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", "True", tg.ReasonProviderReady)
+	providerReady(h, "team", "True", tg.ReasonReachable)
 	first := provisionedStatus(g, h, "team").Instance
 
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))

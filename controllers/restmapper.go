@@ -12,8 +12,8 @@ import (
 
 // newRESTMapper is controller-runtime's dynamic REST mapper with its answers to RESTMapping kept.
 // A cache restricted to namespaces maps the object's kind on every Get and List, and the dynamic
-// mapper answers each time by walking every group it knows: at many pending calls that was a sixth of
-// what the manager allocated per decision. A kind's mapping does not change while the manager runs
+// mapper answers each time by walking every group it knows, which at many pending calls is a large
+// share of what the manager allocates per decision (see docs/performance.md). A kind's mapping does not change while the manager runs
 // (a resource's scope is fixed when it is defined), so a found mapping is kept; what was not found is
 // asked again, as the dynamic mapper then looks the group up.
 func newRESTMapper(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {

@@ -22,8 +22,8 @@ import (
 type ToolReconciler struct {
 	client.Client
 
-	rules *ruleCache
-	// uids remembers each Tool's UID by name, so that a deleted Tool's rules can be forgotten.
+	tools *toolCache
+	// uids remembers each Tool's UID by name, so that a deleted Tool can be forgotten.
 	uids sync.Map
 }
 
@@ -34,15 +34,15 @@ func (r *ToolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	tool := &tg.Tool{}
 	if err := r.Get(ctx, req.NamespacedName, tool); err != nil {
 		if uid, ok := r.uids.LoadAndDelete(req.NamespacedName); ok && client.IgnoreNotFound(err) == nil {
-			r.rules.forget(uid.(types.UID))
+			r.tools.forget(uid.(types.UID))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if old, loaded := r.uids.Swap(req.NamespacedName, tool.UID); loaded && old.(types.UID) != tool.UID {
-		r.rules.forget(old.(types.UID)) // deleted and created again under the same name
+		r.tools.forget(old.(types.UID)) // deleted and created again under the same name
 	}
 	orig := tool.Status.DeepCopy()
-	meta.SetStatusCondition(&tool.Status.Conditions, rulesCondition(tool, r.rules))
+	meta.SetStatusCondition(&tool.Status.Conditions, rulesCondition(tool, r.tools))
 	tool.Status.ObservedGeneration = tool.Generation
 	if equality.Semantic.DeepEqual(*orig, tool.Status) {
 		return ctrl.Result{}, nil
@@ -53,7 +53,7 @@ func (r *ToolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // rulesCondition is the ApprovalRulesReady condition for the Tool's current generation.
-func rulesCondition(tool *tg.Tool, c *ruleCache) metav1.Condition {
+func rulesCondition(tool *tg.Tool, c *toolCache) metav1.Condition {
 	cond := metav1.Condition{Type: tg.ConditionApprovalRulesReady, ObservedGeneration: tool.Generation}
 	rs, err := c.rules(tool)
 	switch {

@@ -12,14 +12,18 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/internal/policy"
 )
 
-// toolCache holds what the controller derives from a Tool, for one generation of it: the compiled
-// argumentsSchema, and whether its Job template passed the server-side dry run. A Tool change
-// (a new generation) starts afresh.
+// toolCache holds what the controllers derive from a Tool, for one generation of it: the compiled
+// argumentsSchema, whether its Job template passed the server-side dry run, and its compiled approval
+// rules. A Tool change (a new generation) starts afresh, and a deleted Tool is forgotten. The ToolCall
+// and Tool controllers share one, so that a generation's rules are compiled once, by whichever needs
+// them first.
 type toolCache struct {
-	mu    sync.Mutex
-	tools map[types.UID]*toolFacts
+	compiler *policy.Compiler
+	mu       sync.Mutex
+	tools    map[types.UID]*toolFacts
 }
 
 type toolFacts struct {
@@ -28,6 +32,17 @@ type toolFacts struct {
 	schema        *jsonschema.Schema
 	schemaErr     error
 	templateValid bool
+	rulesCompiled bool
+	rules         *policy.Rules
+	rulesErr      error
+}
+
+func newToolCache(limits policy.Limits) (*toolCache, error) {
+	c, err := policy.NewCompiler(limits)
+	if err != nil {
+		return nil, fmt.Errorf("building the approval rules' CEL environment: %w", err)
+	}
+	return &toolCache{compiler: c, tools: map[types.UID]*toolFacts{}}, nil
 }
 
 // facts returns the entry for tool's current generation; the caller holds c.mu.
@@ -41,6 +56,26 @@ func (c *toolCache) facts(tool *tg.Tool) *toolFacts {
 		c.tools[tool.UID] = f
 	}
 	return f
+}
+
+// rules returns the Tool's compiled approval rules, or the compiler's message for every rule that
+// does not compile.
+func (c *toolCache) rules(tool *tg.Tool) (*policy.Rules, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.facts(tool)
+	if !f.rulesCompiled {
+		f.rules, f.rulesErr = c.compiler.Compile(tool.Spec.Approval)
+		f.rulesCompiled = true
+	}
+	return f.rules, f.rulesErr
+}
+
+// forget drops a deleted Tool.
+func (c *toolCache) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.tools, uid)
 }
 
 // schema compiles the Tool's argumentsSchema once per generation.

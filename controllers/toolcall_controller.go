@@ -29,6 +29,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/internal/waiter"
 )
 
 // ToolCallReconciler drives a ToolCall through approval to its Job.
@@ -40,7 +41,7 @@ type ToolCallReconciler struct {
 	// CallTimeout bounds each provider call a reconcile makes.
 	CallTimeout time.Duration
 	providers   *providers
-	Waiter      *Waiter
+	Waiter      *waiter.Waiter
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
 	// notified carries the calls whose notification the receiver is recording (wake), and handed the
@@ -61,11 +62,10 @@ type ToolCallReconciler struct {
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
 
-	tools   toolCache
+	// tools are what the controllers derive from each Tool generation, shared with the Tool controller.
+	tools   *toolCache
 	written writeLog
 	gone    goneCalls
-	// rules are the Tools' compiled approval rules, shared with the Tool controller.
-	rules *ruleCache
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch
@@ -79,20 +79,27 @@ type ToolCallReconciler struct {
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
 // Each step takes the reconcile's scope (scope.go) and records one row of the outcome table
 // (internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase, and the
-// reconcile is retried with backoff.
+// reconcile is retried with backoff. Before any step, a ToolCall the apiserver removed despite its
+// finalizer has its request withdrawn (withdrawGone, gone.go; after a restart, gonereplay.go), and a
+// ToolCall whose cached copy is older than this manager's last write waits for the watch
+// (writelog.go).
 //
 //	saved phase       step (file)                                    next phases
 //	"", Pending       submit (approval.go):
 //	                  - admit a new call, or checkAcceptance of an    Rejected (an accepted call whose Job
 //	                    accepted one (admission.go)                   exists: Running)
 //	                  - an Approve rule: approveByPolicy (policy.go)  Pending (PolicyApproved), then startJob
+//	                  - awaitProvider while the accepted provider     Pending (ProviderNotReady),
+//	                    is missing or not Ready (approval.go)         ApprovalUnavailable (WaitingLimitReached)
 //	                  - POST the request, submitFailed on an error    Pending (SubmitFailed), Rejected,
 //	                                                                  ApprovalUnavailable
 //	                  - a decision in the POST response               as applyDecision
 //	                  - pending                                       AwaitingApproval, then awaitDecision
 //	AwaitingApproval  awaitDecision (approval.go):
 //	                  - applyDecision of what the waiter saw          Denied, Cancelled, ApprovalUnavailable;
-//	                                                                  approved: startJob
+//	                    (internal/waiter), or, in asynchronous mode,  approved: startJob (an approval read
+//	                    of what a notification or a safety read       by request id first confirmOwnRequest)
+//	                    found (awaitNotification, asyncwait.go)
 //	                  - failClosed on a lost or untrusted request     ApprovalUnavailable
 //	                  - giveUp at the poll limit                      ApprovalUnavailable (its Job exists:
 //	                                                                  Running); a decision that raced the
@@ -227,19 +234,9 @@ func eventNote(tc *tg.ToolCall) string {
 	return fmt.Sprintf("%s Requested by %s.", tc.Status.Message, tc.Spec.Requester.Username)
 }
 
-// SetupWithManager registers the controller, its indexes (Tools by toolName, ToolCalls by tool), the
-// watches of Jobs, of their Pods' waits for images and of Tool versions, and the waiter's channel.
+// SetupWithManager registers the controller (its cache indexes are registered with the others, in
+// indexes.go), the watches of Jobs, of their Pods' waits for images and of Tool versions, and the waiter's channel.
 func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.Tool{}, toolNameField, func(o client.Object) []string {
-		return []string{o.(*tg.Tool).Spec.ToolName}
-	}); err != nil {
-		return fmt.Errorf("indexing Tools by %s: %w", toolNameField, err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tg.ToolCall{}, toolCallToolField, func(o client.Object) []string {
-		return []string{o.(*tg.ToolCall).Spec.Tool}
-	}); err != nil {
-		return fmt.Errorf("indexing ToolCalls by %s: %w", toolCallToolField, err)
-	}
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
 	}

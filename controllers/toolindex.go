@@ -15,15 +15,6 @@ import (
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 )
 
-// The cache indexes Tools by the toolName calls name them by, and ToolCalls by the tool they name, so
-// that a call finds its Tool and a changed Tool finds its waiting calls without listing a namespace.
-const (
-	// toolNameField indexes Tools by spec.toolName.
-	toolNameField = "spec.toolName"
-	// toolCallToolField indexes ToolCalls by spec.tool.
-	toolCallToolField = "spec.tool"
-)
-
 // findTool resolves spec.tool to the namespace's one Tool with that toolName; otherwise it returns the
 // status of a call whose Tool cannot be found (UnknownTool, AmbiguousTool).
 func (r *ToolCallReconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *lifecycle.Status, error) {

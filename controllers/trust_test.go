@@ -164,7 +164,7 @@ func TestProviderObjectUsesOnlySecretsThatConsent(t *testing.T) {
 	g.Expect(unconsented.Message).To(ContainSubstring(tg.LabelProvider+"=team"), "the message names the fix")
 
 	credentialSecret(h, "payments-db", teamCredential, serves("team"))
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
 }
 
 // A ToolCall created with an acceptance record that names ClusterApprovalProvider/default, while the
@@ -220,7 +220,7 @@ func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
 	_, url := startTeamProvider(h)
 	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
 	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
 	victim := &tg.ApprovalProvider{}
 	g.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "team"}, victim)).To(Succeed())
 	g.Expect(victim.Status.Instance).NotTo(BeNil())
@@ -247,7 +247,7 @@ func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
 	evil := &tg.ApprovalProvider{}
 	g.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "evil"}, evil)).To(Succeed())
 	g.Expect(evil.Status.Instance).To(BeNil(), "the instance is not recorded")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonProviderReady)
+	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
 }
 
 // A call whose status.requestID was pointed at another call's request withdraws its own request when

@@ -47,7 +47,7 @@ const (
 	AnnotationToolGeneration = "toolgate.dev/tool-generation"
 	// AnnotationProvider is the approvals provider the call was accepted with, "ApprovalProvider/name",
 	// "ClusterApprovalProvider/name", or "" for the manager's own provider flags. Every later step
-	// (submit, wait, cancel) uses it. Absent on a call accepted before providers were resources: the flags.
+	// (submit, wait, cancel) uses it. Absent means the manager's flags.
 	AnnotationProvider = "toolgate.dev/provider"
 	// AnnotationProviderInstance is the AAP instance, of a provider with spec.provisioning, that the
 	// call's request is submitted to and read from: the provider's instance when the call was accepted,
@@ -68,8 +68,8 @@ const (
 
 // Reasons of an ApprovalProvider's or ClusterApprovalProvider's Ready condition.
 const (
-	// ReasonProviderReady: an authenticated read at the provider succeeded.
-	ReasonProviderReady = "Reachable"
+	// ReasonReachable: an authenticated read at the provider succeeded.
+	ReasonReachable = "Reachable"
 	// ReasonCredentialUnavailable: the credential Secret or its key is missing or empty.
 	ReasonCredentialUnavailable = "CredentialUnavailable"
 	// ReasonCABundleInvalid: the CA bundle (inline, or its Secret or ConfigMap key) is missing or holds
@@ -80,8 +80,8 @@ const (
 	// ReasonCredentialForbidden: the provider knows the credential but it may not make approval
 	// requests (403), as a provisioner token used as an instance credential.
 	ReasonCredentialForbidden = "CredentialForbidden"
-	// ReasonProviderUnreachable: the provider could not be reached, or answered with an error.
-	ReasonProviderUnreachable = "Unreachable"
+	// ReasonUnreachable: the provider could not be reached, or answered with an error.
+	ReasonUnreachable = "Unreachable"
 	// ReasonProvisioningFailed: the AAP instance of spec.provisioning could not be created, or its
 	// credential's Secret could not be written.
 	ReasonProvisioningFailed = "ProvisioningFailed"
@@ -92,15 +92,15 @@ const (
 	// ConditionDelivery: True while the provider delivers notifications for the current instance to
 	// spec.delivery.receiverURL.
 	ConditionDelivery = "Delivery"
-	// ReasonDeliveryRegistered: the provider verified the receiver and committed the registration.
-	ReasonDeliveryRegistered = "Registered"
-	// ReasonDeliveryRegistering: a registration is being submitted.
-	ReasonDeliveryRegistering = "Registering"
-	// ReasonDeliveryVerificationFailed: the provider could not verify the receiver (422): it did not
+	// ReasonRegistered: the provider verified the receiver and committed the registration.
+	ReasonRegistered = "Registered"
+	// ReasonRegistering: a registration is being submitted.
+	ReasonRegistering = "Registering"
+	// ReasonVerificationFailed: the provider could not verify the receiver (422): it did not
 	// reach it, or the receiver did not answer the challenge.
-	ReasonDeliveryVerificationFailed = "VerificationFailed"
-	// ReasonDeliveryFailed: the provider refused the registration, or could not be reached.
-	ReasonDeliveryFailed = "RegistrationFailed"
+	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonRegistrationFailed: the provider refused the registration, or could not be reached.
+	ReasonRegistrationFailed = "RegistrationFailed"
 )
 
 // Condition types on a ToolCall.

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/internal/waiter"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -54,7 +54,7 @@ func BenchmarkWaiter(b *testing.B) {
 	ref.ID = "request-1"
 
 	for range b.N {
-		w := controllers.NewWaiter(wait, logr.Discard())
+		w := waiter.New(wait, logr.Discard())
 		before := memStats()
 		g0 := runtime.NumGoroutine()
 		start := answered()

@@ -53,7 +53,7 @@ func TestAsyncApprovalIsNotifiedAndRunsInARealPod(t *testing.T) {
 		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)
 		g.Expect(c).NotTo(BeNil(), "%v", ap.Status.Conditions)
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s", c.Reason, c.Message)
-		g.Expect(c.Reason).To(Equal(tg.ReasonDeliveryRegistered))
+		g.Expect(c.Reason).To(Equal(tg.ReasonRegistered))
 		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
 		g.Expect(ap.Status.Instance).NotTo(BeNil())
 		g.Expect(ap.Status.Delivery).NotTo(BeNil())

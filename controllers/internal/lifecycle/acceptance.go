@@ -20,11 +20,11 @@ type Acceptance struct {
 // the call was not accepted yet, or not by this controller. It checks no more than that: whether the
 // record holds values admission could have written is the acceptance check's question.
 func ReadAcceptance(tc *tg.ToolCall) (Acceptance, error) {
-	exec, err := annotatedDuration(tc, tg.AnnotationExecutionTimeout)
+	exec, err := AcceptedDuration(tc, tg.AnnotationExecutionTimeout)
 	if err != nil {
 		return Acceptance{}, err
 	}
-	timeout, err := annotatedDuration(tc, tg.AnnotationApprovalTimeout)
+	timeout, err := AcceptedDuration(tc, tg.AnnotationApprovalTimeout)
 	if err != nil {
 		return Acceptance{}, err
 	}
@@ -45,10 +45,16 @@ func ReadAcceptance(tc *tg.ToolCall) (Acceptance, error) {
 	}, nil
 }
 
-func annotatedDuration(tc *tg.ToolCall, key string) (time.Duration, error) {
-	d, err := time.ParseDuration(tc.Annotations[key])
+// AcceptedDuration reads one duration of the acceptance record: the execution or approval timeout
+// admission wrote. Its error says what is wrong with the record, for every reader of it.
+func AcceptedDuration(tc *tg.ToolCall, key string) (time.Duration, error) {
+	v, ok := tc.Annotations[key]
+	if !ok {
+		return 0, fmt.Errorf("annotation %s is missing (the controller writes it together with the finalizer)", key)
+	}
+	d, err := time.ParseDuration(v)
 	if err != nil {
-		return 0, fmt.Errorf("annotation %s, written when the ToolCall was accepted, is missing or invalid: %w", key, err)
+		return 0, fmt.Errorf("annotation %s is %q, not a duration", key, v)
 	}
 	return d, nil
 }

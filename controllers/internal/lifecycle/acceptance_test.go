@@ -63,9 +63,9 @@ func TestReadAcceptance(t *testing.T) {
 			g.Expect(string(a.Submission.Context)).To(MatchJSON(`{"namespace":"demo","tool_call":{"name":"refund","uid":"call-uid-1"}}`))
 		}},
 		{name: "not accepted yet", edit: func(tc *tg.ToolCall) { tc.Annotations = nil },
-			wantErr: "annotation toolgate.dev/execution-timeout, written when the ToolCall was accepted, is missing or invalid"},
+			wantErr: "annotation toolgate.dev/execution-timeout is missing (the controller writes it together with the finalizer)"},
 		{name: "an approval timeout that is not a duration", edit: func(tc *tg.ToolCall) { tc.Annotations[tg.AnnotationApprovalTimeout] = "soon" },
-			wantErr: `annotation toolgate.dev/approval-timeout, written when the ToolCall was accepted, is missing or invalid: time: invalid duration "soon"`},
+			wantErr: `annotation toolgate.dev/approval-timeout is "soon", not a duration`},
 		{name: "a Tool generation that is not a number", edit: func(tc *tg.ToolCall) { tc.Annotations[tg.AnnotationToolGeneration] = "three" },
 			wantErr: "annotation toolgate.dev/tool-generation, written when the ToolCall was accepted, is not a number"},
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
@@ -55,4 +57,14 @@ func requestContext(tc *tg.ToolCall) ([]byte, error) {
 		body.Tool = &toolFactsAtCall{Name: tc.Annotations[tg.AnnotationToolName], Generation: g}
 	}
 	return json.Marshal(body)
+}
+
+// ContextToolCall reads, from the context object of an approval request as a provider echoes it,
+// the ToolCall it was submitted for; ok is false when the context is missing or names none.
+func ContextToolCall(raw json.RawMessage) (key types.NamespacedName, uid types.UID, ok bool) {
+	var body requestContextBody
+	if len(raw) == 0 || json.Unmarshal(raw, &body) != nil || body.ToolCall.Name == "" {
+		return types.NamespacedName{}, "", false
+	}
+	return types.NamespacedName{Namespace: body.Namespace, Name: body.ToolCall.Name}, types.UID(body.ToolCall.UID), true
 }

@@ -225,7 +225,7 @@ type Server struct {
 
 	mu        sync.Mutex // serialises state changes; guards the fields below
 	pending   map[string]*watch
-	instances map[string]instanceRecord // provisioned instances, deleted ones included
+	instances map[string]instanceRecord  // provisioned instances, deleted ones included
 	grants    map[string]map[string]bool // approver -> instance ids granted through the admin API
 	closed    bool
 

@@ -1,10 +1,10 @@
-// This file replaces controllers/waiter.go in the benchmarks' baseline (see overlay.json and
+// This file replaces internal/waiter/waiter.go in the benchmarks' baseline (see overlay.json and
 // managerBinary in bench_test.go): the manager with the design most Kubernetes approval controllers
 // use instead of Toolgate's long polls. Each reconcile of a pending ToolCall reads its request once
 // without waiting, and the ToolCall is reconciled again after the interval, which the baseline reads
 // from --poll-wait. No goroutine and no open request is held for a pending ToolCall.
 
-package controllers
+package waiter
 
 import (
 	"context"
@@ -37,8 +37,14 @@ type followed struct {
 	ref    provider.Ref
 }
 
-// NewWaiter returns the baseline's Waiter, which has ToolCalls reconciled again every interval.
-func NewWaiter(interval time.Duration, _ logr.Logger) *Waiter {
+// Observation is what the Waiter last learnt about a request, as the product's.
+type Observation struct {
+	Request *provider.Request
+	Err     error
+}
+
+// New returns the baseline's Waiter, which has ToolCalls reconciled again every interval.
+func New(interval time.Duration, _ logr.Logger) *Waiter {
 	return &Waiter{interval: interval, refs: map[types.UID]followed{},
 		never: make(chan event.TypedGenericEvent[*tg.ToolCall])}
 }

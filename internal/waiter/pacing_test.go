@@ -1,4 +1,4 @@
-package controllers_test
+package waiter_test
 
 import (
 	"net"
@@ -14,9 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
-	th "toolgate.dev/toolgate/test/testharness"
+	"toolgate.dev/toolgate/internal/waiter"
+)
+
+const (
+	credential = "waiter-test-credential"
+	refundArgs = `{"payment_id":"payment_123","amount":4900,"currency":"GBP"}`
 )
 
 // A provider that ignores ?wait= answers every poll at once with the pending request: the waiter
@@ -29,18 +33,18 @@ func TestWaiterPacesAProviderThatIgnoresWait(t *testing.T) {
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		gets.Add(1)
 		w.Header().Set("Content-Type", provider.ContentTypeJSON)
-		_, _ = w.Write([]byte(`{"id":"req-1","tool":"issue_refund","arguments":` + th.RefundArgs +
+		_, _ = w.Write([]byte(`{"id":"req-1","tool":"issue_refund","arguments":` + refundArgs +
 			`,"timeout":"30m","status":"pending","created_at":"2026-09-16T12:00:00Z","deadline_at":"2026-09-16T12:30:00Z"}`))
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	credFile := filepath.Join(t.TempDir(), "credential")
-	g.Expect(os.WriteFile(credFile, []byte(th.Credential), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(credFile, []byte(credential), 0o600)).To(Succeed())
 	client, err := provider.NewHTTPClient(provider.Options{BaseURL: "http://" + ln.Addr().String(), CredentialFile: credFile})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	w := controllers.NewWaiter(30*time.Second, logr.Discard())
-	ref, err := provider.Submission{Tool: "issue_refund", Arguments: []byte(th.RefundArgs)}.Ref()
+	w := waiter.New(30*time.Second, logr.Discard())
+	ref, err := provider.Submission{Tool: "issue_refund", Arguments: []byte(refundArgs)}.Ref()
 	g.Expect(err).NotTo(HaveOccurred())
 	ref.ID = "req-1"
 	tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Name: "refund", Namespace: "default", UID: "uid-1"}}

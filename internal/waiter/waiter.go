@@ -1,4 +1,6 @@
-package controllers
+// Package waiter long-polls pending approval requests for the ToolCall controller, one goroutine per
+// request, so that no reconcile worker ever blocks on a poll.
+package waiter
 
 import (
 	"context"
@@ -7,8 +9,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
@@ -39,8 +43,23 @@ type watch struct {
 	latest *Observation
 }
 
-// NewWaiter returns a Waiter polling with the given long-poll wait.
-func NewWaiter(wait time.Duration, log logr.Logger) *Waiter {
+// pendingWaiters counts the requests being long-polled, on the manager's metrics registry.
+var pendingWaiters = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "toolgate_pending_waiters",
+	Help: "Approval requests being long-polled right now.",
+})
+
+func init() { metrics.Registry.MustRegister(pendingWaiters) }
+
+// Observation is what the Waiter last learnt about a request: its state, or why it stopped.
+type Observation struct {
+	Request *provider.Request
+	// Err is a final error: the request is gone (404) or a response could not be trusted.
+	Err error
+}
+
+// New returns a Waiter polling with the given long-poll wait.
+func New(wait time.Duration, log logr.Logger) *Waiter {
 	return &Waiter{
 		wait:       wait,
 		log:        log,

@@ -1,4 +1,4 @@
-package controllers_test
+package waiter_test
 
 import (
 	"context"
@@ -17,9 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
-	th "toolgate.dev/toolgate/test/testharness"
+	"toolgate.dev/toolgate/internal/waiter"
 )
 
 // A reconcile still in flight when the manager stops may ask the waiter to follow a request: the
@@ -37,17 +36,17 @@ func TestStoppedWaiterFollowsNoNewRequest(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	credFile := filepath.Join(t.TempDir(), "credential")
-	g.Expect(os.WriteFile(credFile, []byte(th.Credential), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(credFile, []byte(credential), 0o600)).To(Succeed())
 	client, err := provider.NewHTTPClient(provider.Options{BaseURL: "http://" + ln.Addr().String(), CredentialFile: credFile})
 	g.Expect(err).NotTo(HaveOccurred())
-	ref, err := provider.Submission{Tool: "issue_refund", Arguments: []byte(th.RefundArgs)}.Ref()
+	ref, err := provider.Submission{Tool: "issue_refund", Arguments: []byte(refundArgs)}.Ref()
 	g.Expect(err).NotTo(HaveOccurred())
 	ref.ID = "req-1"
 	call := func(i int) *tg.ToolCall {
 		return &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Name: "refund", Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d", i))}}
 	}
 
-	w := controllers.NewWaiter(30*time.Second, logr.Discard())
+	w := waiter.New(30*time.Second, logr.Discard())
 	ctx, stop := context.WithCancel(context.Background())
 	started := make(chan error, 1)
 	go func() { started <- w.Start(ctx) }()
