@@ -99,15 +99,17 @@ func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Win
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}
-	_, current, problem, err := r.providers.client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
-	if err != nil {
+	_, current, err := r.providers.client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
+	u, notReady := unusableOf(err)
+	if err != nil && !notReady {
 		return ctrl.Result{}, true, err
 	}
-	if problem == "" {
+	if !notReady {
 		// The request must live in one instance for the call's whole life: a call accepted before
 		// its provider had an instance records the one it is first submitted to.
 		return ctrl.Result{}, false, r.recordInstance(ctx, sc.tc, current)
 	}
+	problem := u.message
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 		setStatus(sc.tc, lifecycle.ProviderUnreachable.Status(problem))
 		return ctrl.Result{}, true, nil

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"time"
 
@@ -148,29 +147,24 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providerKey, obj tg.
 
 // updateDelivery sends the delivery update of instance id with the provisioner token.
 func (r *ProviderReconciler) updateDelivery(ctx context.Context, k providerKey, obj tg.GenericProvider, id, key string, d provider.DeliveryUpdate) error {
-	pc, reason, message := r.provisioner(ctx, k, obj)
-	if reason != "" {
-		return unusableProvisioner(message)
+	pc, err := r.provisioner(ctx, k, obj)
+	if err != nil {
+		return err
 	}
 	// The provider verifies the receiver within this call: up to 10 s of its own.
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout+10*time.Second)
 	defer cancel()
-	_, err := pc.UpdateInstanceDelivery(ctx, id, key, d)
+	_, err = pc.UpdateInstanceDelivery(ctx, id, key, d)
 	return err
 }
-
-// unusableProvisioner is why no client could be built with the provisioner token (its Secret, or the
-// object's CA bundle): nothing reached the provider.
-type unusableProvisioner string
-
-func (u unusableProvisioner) Error() string { return string(u) }
 
 // updateFailure says why a delivery update failed: the provider's error code, or why it was never
 // sent.
 func updateFailure(err error) string {
-	var up unusableProvisioner
-	if errors.As(err, &up) {
-		return "the provisioner token cannot be used: " + string(up)
+	if u, ok := unusableOf(err); ok {
+		// No client could be built with the provisioner token (its Secret, or the object's CA
+		// bundle): nothing reached the provider.
+		return "the provisioner token cannot be used: " + u.message
 	}
 	return "provider error " + provider.CodeOf(err)
 }

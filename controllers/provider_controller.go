@@ -77,10 +77,13 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return r.retire(ctx, k, obj)
 	}
 	orig := obj.GetStatus().DeepCopy()
-	status, reason, message, renewal := metav1.ConditionFalse, "", "", ""
-	var next time.Duration // how soon replaced instances or a registration are looked at again
+	var (
+		problem error         // why the object cannot serve: an *unusable
+		renewal string        // why a due replacement of its credential failed
+		next    time.Duration // how soon replaced instances or a registration are looked at again
+	)
 	if obj.GetSpec().Provisioning != nil {
-		reason, message, renewal = r.provision(ctx, k, obj)
+		renewal, problem = r.provision(ctx, k, obj)
 		var err error
 		if next, err = r.retireReplaced(ctx, k, obj); err != nil {
 			return ctrl.Result{}, err
@@ -88,8 +91,16 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	} else if err := r.addFinalizer(ctx, obj, tg.FinalizerInUse); err != nil {
 		return ctrl.Result{}, err
 	}
-	if reason == "" {
-		status, reason, message = r.check(ctx, k, obj)
+	if problem == nil {
+		problem = r.check(ctx, k, obj)
+	}
+	status, reason, message := metav1.ConditionTrue, tg.ReasonReachable, "An authenticated read at the provider succeeded."
+	if problem != nil {
+		u, ok := unusableOf(problem)
+		if !ok {
+			return ctrl.Result{}, problem
+		}
+		status, reason, message = metav1.ConditionFalse, u.reason, u.message
 	}
 	if renewal != "" && status == metav1.ConditionTrue {
 		message += " " + renewal
@@ -133,13 +144,14 @@ func (r *ProviderReconciler) requeue(obj tg.GenericProvider, status metav1.Condi
 
 // check builds the provider's client and probes it. Messages name what to fix and never quote the
 // credential or anything that changes from one probe to the next.
-func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.GenericProvider) (metav1.ConditionStatus, string, string) {
-	hc, reason, err := r.providers.current(ctx, k, obj)
+// It returns nil when the provider accepted the credential, an *unusable otherwise.
+func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.GenericProvider) error {
+	hc, err := r.providers.current(ctx, k, obj)
 	if err != nil {
-		return metav1.ConditionFalse, reason, err.Error()
+		return err
 	}
 	if err := hc.ReloadCredential(); err != nil {
-		return metav1.ConditionFalse, tg.ReasonCredentialUnavailable, err.Error()
+		return &unusable{reason: tg.ReasonCredentialUnavailable, message: err.Error()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -147,24 +159,24 @@ func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.Ge
 	secret, key := r.providers.credentialOf(k, obj)
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeNotFound:
-		return metav1.ConditionTrue, tg.ReasonReachable, "An authenticated read at the provider succeeded."
+		return nil
 	case provider.CodeUnauthenticated:
 		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialExpiresAt != nil {
-			return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
+			return unusablef(tg.ReasonCredentialRejected,
 				"The provider refused the credential it issued for instance %s (401), which expires at %s; the manager replaces it with a new instance once two thirds of its lifetime have passed. If the provider revoked it sooner, delete this object (its pending requests are cancelled) and create it again.",
 				inst.ID, inst.CredentialExpiresAt.UTC().Format(time.RFC3339))
 		}
-		return metav1.ConditionFalse, tg.ReasonCredentialRejected, fmt.Sprintf(
+		return unusablef(tg.ReasonCredentialRejected,
 			"The provider refused the credential (401): put this instance's credential in Secret %s, key %q.", secret.Name, key)
 	case provider.CodeForbidden:
-		return metav1.ConditionFalse, tg.ReasonCredentialForbidden, fmt.Sprintf(
+		return unusablef(tg.ReasonCredentialForbidden,
 			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", secret.Name)
 	default:
 		cause := "provider error " + code
 		if cert := certificateProblem(err); cert != "" {
 			cause = "the provider's TLS certificate could not be verified: " + cert + "; check spec.url, and that spec.caBundle or spec.caBundleRef holds the CA that signed it"
 		}
-		return metav1.ConditionFalse, tg.ReasonUnreachable, fmt.Sprintf("The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
+		return unusablef(tg.ReasonUnreachable, "The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
 	}
 }
 

@@ -54,12 +54,12 @@ func (p callProvider) raw(ctx context.Context, op string) (provider.Client, erro
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeInvalidRequest, Detail: err.Error()}
 	}
-	c, _, problem, err := p.providers.client(ctx, k, false, p.tc.Annotations[tg.AnnotationProviderInstance])
+	c, _, err := p.providers.client(ctx, k, false, p.tc.Annotations[tg.AnnotationProviderInstance])
+	if u, ok := unusableOf(err); ok {
+		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: u.message}
+	}
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Err: err}
-	}
-	if problem != "" {
-		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: problem}
 	}
 	return c, nil
 }

@@ -173,29 +173,29 @@ func newProviderObject(kind string) tg.GenericProvider {
 // unreachable for now; without, any client that can still reach it will do (a wait or a cancel of a
 // request already submitted, even if the object was since deleted). current is the provider's
 // current instance, which a call that names none is recorded with before its first submission.
-// problem, when not empty, says why there is no client: the provider is missing or not Ready, or
-// the instance is no longer kept.
-func (p *providers) client(ctx context.Context, k providerKey, ready bool, instance string) (c provider.Client, current, problem string, err error) {
+// An *unusable error says why there is no client: the provider is missing or not Ready, or the
+// instance is no longer kept; another error, that the provider object could not be read.
+func (p *providers) client(ctx context.Context, k providerKey, ready bool, instance string) (c provider.Client, current string, err error) {
 	if k == flagsProvider {
 		if p.flags == nil {
-			return nil, "", "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url", nil
+			return nil, "", unusablef("", "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url")
 		}
-		return p.flags, "", "", nil
+		return p.flags, "", nil
 	}
 	obj := newProviderObject(k.kind)
 	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return nil, "", "", fmt.Errorf("reading %s: %w", k, err)
+			return nil, "", fmt.Errorf("reading %s: %w", k, err)
 		}
 		if !ready {
 			p.mu.Lock()
 			known := p.clients[clientKey{k, instance}]
 			p.mu.Unlock()
 			if known != nil {
-				return known.client, "", "", nil
+				return known.client, "", nil
 			}
 		}
-		return nil, "", k.String() + " does not exist", nil
+		return nil, "", unusablef("", "%s does not exist", k)
 	}
 	if ready {
 		cond := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
@@ -205,48 +205,48 @@ func (p *providers) client(ctx context.Context, k providerKey, ready bool, insta
 		checked := cond != nil && (cond.ObservedGeneration == obj.GetGeneration() || !obj.GetDeletionTimestamp().IsZero())
 		switch {
 		case !checked:
-			return nil, "", k.String() + " has not been checked yet", nil
+			return nil, "", unusablef("", "%s has not been checked yet", k)
 		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonUnreachable:
 			// Its settings cannot work (a missing Secret, a refused credential): nothing is
 			// submitted until they are fixed. An unreachable provider is tried all the same: the
 			// submission retries on its own and says why it fails.
-			return nil, "", fmt.Sprintf("%s is not Ready (%s: %s)", k, cond.Reason, cond.Message), nil
+			return nil, "", unusablef("", "%s is not Ready (%s: %s)", k, cond.Reason, cond.Message)
 		}
 	}
-	ck, secret, key, problem := p.credentialFor(k, obj, instance)
-	if problem != "" {
-		return nil, "", problem, nil
-	}
-	hc, _, err := p.ensure(ctx, ck, obj, secret, key)
+	ck, secret, key, err := p.credentialFor(k, obj, instance)
 	if err != nil {
-		return nil, "", fmt.Sprintf("%s cannot be used: %v", k, err), nil
+		return nil, "", err
+	}
+	hc, err := p.ensure(ctx, ck, obj, secret, key)
+	if err != nil {
+		return nil, "", unusablef("", "%s cannot be used: %v", k, err)
 	}
 	current = ""
 	if inst := provisionedInstance(obj); inst != nil {
 		current = inst.ID
 	}
-	return hc, current, "", nil
+	return hc, current, nil
 }
 
 // credentialFor is the client, Secret and key a call whose request lives in instance talks to
 // provider object obj with: the object's credential, or, for an instance it replaced, that
 // instance's own Secret.
-func (p *providers) credentialFor(k providerKey, obj tg.GenericProvider, instance string) (ck clientKey, secret types.NamespacedName, key, problem string) {
+func (p *providers) credentialFor(k providerKey, obj tg.GenericProvider, instance string) (ck clientKey, secret types.NamespacedName, key string, err error) {
 	secret, key = p.credentialOf(k, obj)
 	cur := provisionedInstance(obj)
 	if cur == nil {
 		// An issued credential, or an instance not provisioned yet: one credential.
-		return clientKey{providerKey: k}, secret, key, ""
+		return clientKey{providerKey: k}, secret, key, nil
 	}
 	if instance == "" || instance == cur.ID {
-		return clientKey{k, cur.ID}, secret, key, ""
+		return clientKey{k, cur.ID}, secret, key, nil
 	}
 	for _, old := range obj.GetStatus().ReplacedInstances {
 		if old.ID == instance {
-			return clientKey{k, old.ID}, types.NamespacedName{Namespace: p.namespaceOf(k), Name: old.CredentialSecretName}, provisionedKey, ""
+			return clientKey{k, old.ID}, types.NamespacedName{Namespace: p.namespaceOf(k), Name: old.CredentialSecretName}, provisionedKey, nil
 		}
 	}
-	return clientKey{k, instance}, secret, key, fmt.Sprintf("instance %s of %s, where the call's request is, is no longer kept: its credential expired, or the provider object was created anew", instance, k)
+	return clientKey{k, instance}, secret, key, unusablef("", "instance %s of %s, where the call's request is, is no longer kept: its credential expired, or the provider object was created anew", instance, k)
 }
 
 // instanceOf is the current instance of provider k, "" if it has none (yet) or is not provisioned.
@@ -274,28 +274,28 @@ func provisionedInstance(obj tg.GenericProvider) *tg.ProviderInstance {
 }
 
 // ensure returns client ck of provider object obj, authenticating with key of Secret secret,
-// building it when obj is new or changed or the Secret is another. reason is the Ready reason of an
-// error: the object's settings, or what they name, cannot make a client.
-func (p *providers) ensure(ctx context.Context, ck clientKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, string, error) {
+// building it when obj is new or changed or the Secret is another. An *unusable error says why the
+// object's settings, or what they name, cannot make a client.
+func (p *providers) ensure(ctx context.Context, ck clientKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, error) {
 	p.mu.Lock()
 	known := p.clients[ck]
 	p.mu.Unlock()
 	if known != nil && known.uid == obj.GetUID() && known.generation == obj.GetGeneration() && known.secret == secret {
-		return known.client, "", nil
+		return known.client, nil
 	}
-	hc, reason, err := p.newClient(ctx, ck.providerKey, obj, secret, key)
+	hc, err := p.newClient(ctx, ck.providerKey, obj, secret, key)
 	if err != nil {
-		return nil, reason, err
+		return nil, err
 	}
 	p.mu.Lock()
 	p.clients[ck] = &providerClient{uid: obj.GetUID(), generation: obj.GetGeneration(), secret: secret, client: hc}
 	p.mu.Unlock()
-	return hc, "", nil
+	return hc, nil
 }
 
 // current returns the client of provider object obj's own credential: its issued one, or its
 // current instance's.
-func (p *providers) current(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, error) {
+func (p *providers) current(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, error) {
 	ck, secret, key, _ := p.credentialFor(k, obj, "")
 	return p.ensure(ctx, ck, obj, secret, key)
 }
@@ -385,9 +385,9 @@ func provisionedSecretName(obj tg.GenericProvider, replaces string) string {
 }
 
 // newClient builds a client for provider object obj (its URL and CA bundle) that authenticates with
-// the token under key in Secret secret: the instance credential, or the provisioner token. reason is
-// the Ready reason of an error.
-func (p *providers) newClient(ctx context.Context, k providerKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, string, error) {
+// the token under key in Secret secret: the instance credential, or the provisioner token. Its error
+// is an *unusable with the Ready reason.
+func (p *providers) newClient(ctx context.Context, k providerKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, error) {
 	spec := obj.GetSpec()
 	opts := p.base
 	opts.BaseURL, opts.CredentialFile = spec.URL, ""
@@ -395,20 +395,20 @@ func (p *providers) newClient(ctx context.Context, k providerKey, obj tg.Generic
 	if ref := spec.CABundleRef; ref != nil {
 		pem, err := p.caBundle(ctx, k, obj.GetUID(), ref)
 		if err != nil {
-			return nil, tg.ReasonCABundleInvalid, err
+			return nil, &unusable{reason: tg.ReasonCABundleInvalid, message: err.Error()}
 		}
 		opts.CABundle = pem
 	}
 	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
-		return nil, tg.ReasonCABundleInvalid, fmt.Errorf("the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
+		return nil, unusablef(tg.ReasonCABundleInvalid, "the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
 	}
 	uid := obj.GetUID()
 	opts.Credential = func() (string, error) { return p.secretValue(context.Background(), k, uid, secret, key) }
 	hc, err := provider.NewHTTPClient(opts)
 	if err != nil {
-		return nil, tg.ReasonCredentialUnavailable, err
+		return nil, &unusable{reason: tg.ReasonCredentialUnavailable, message: err.Error()}
 	}
-	return hc, "", nil
+	return hc, nil
 }
 
 func keyOr(key, def string) string {

@@ -25,28 +25,29 @@ import (
 // object), then, unless the Secret exists, asks the provider for the instance under the object's
 // UID as Idempotency-Key. A repeat after a crash, or after someone deleted the Secret, gets the same
 // instance and credential back. A credential that expires is replaced by a new instance once two
-// thirds of its lifetime have passed (replace). reason and message, when reason is not empty, are the
-// Ready condition's: the instance could not be had. renewal, when not empty, says why a replacement
-// failed; the current credential is still valid.
-func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (reason, message, renewal string) {
+// thirds of its lifetime have passed (replace). An error, an *unusable, says why the instance could
+// not be had (the Ready condition's reason and message). renewal, when not empty, says why a
+// replacement failed; the current credential is still valid.
+func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (renewal string, err error) {
 	if err := r.addFinalizer(ctx, obj, tg.FinalizerInstance); err != nil {
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err)), ""
+		return "", unusablef(tg.ReasonProvisioningFailed, "The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
 	}
 	secret, _ := r.providers.credentialOf(k, obj)
-	err := r.providers.live.Get(ctx, secret, &corev1.Secret{})
+	err = r.providers.live.Get(ctx, secret, &corev1.Secret{})
 	missing := apierrors.IsNotFound(err)
 	inst := obj.GetStatus().Instance
 	switch {
 	case err == nil && inst != nil && !r.Clock.Now().Before(renewAt(inst)):
-		if reason, message := r.newInstance(ctx, k, obj, inst.ID); reason != "" {
-			return "", "", fmt.Sprintf("Its credential expires at %s and could not be replaced yet (%s): %s",
-				inst.CredentialExpiresAt.UTC().Format(time.RFC3339), reason, message)
+		if err := r.newInstance(ctx, k, obj, inst.ID); err != nil {
+			u, _ := unusableOf(err)
+			return fmt.Sprintf("Its credential expires at %s and could not be replaced yet (%s): %s",
+				inst.CredentialExpiresAt.UTC().Format(time.RFC3339), u.reason, u.message), nil
 		}
-		return "", "", ""
+		return "", nil
 	case err == nil && inst != nil:
-		return "", "", ""
+		return "", nil
 	case err != nil && !missing:
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err)), ""
+		return "", unusablef(tg.ReasonProvisioningFailed, "Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
 	}
 	replaces := ""
 	if inst != nil {
@@ -54,8 +55,7 @@ func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj t
 		// is replayed to get its credential back.
 		replaces = inst.Replaces
 	}
-	reason, message = r.newInstance(ctx, k, obj, replaces)
-	return reason, message, ""
+	return "", r.newInstance(ctx, k, obj, replaces)
 }
 
 // renewAt is when the credential of inst is replaced: once two thirds of its lifetime have passed,
@@ -76,11 +76,11 @@ func renewAt(inst *tg.ProviderInstance) time.Time {
 // UID as Idempotency-Key, or the one that replaces instance replaces, under a key derived from both,
 // so that a repeat after a crash gets the same instance and credential back. It keeps the
 // credential in a Secret the object owns and records the instance in the status; the instance it
-// replaces joins status.replacedInstances.
-func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, replaces string) (reason, message string) {
-	pc, reason, message := r.provisioner(ctx, k, obj)
-	if reason != "" {
-		return reason, message
+// replaces joins status.replacedInstances. Its error is an *unusable.
+func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, replaces string) error {
+	pc, err := r.provisioner(ctx, k, obj)
+	if err != nil {
+		return err
 	}
 	name := obj.GetSpec().Provisioning.InstanceName
 	if name == "" {
@@ -98,9 +98,9 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 	}
 	if holder, err := r.instanceHolder(ctx, obj, got.Instance.ID); err != nil || holder != "" {
 		if err != nil {
-			return tg.ReasonProvisioningFailed, fmt.Sprintf("The instance the provider issued could not be checked against the other provider objects: %v.", err)
+			return unusablef(tg.ReasonProvisioningFailed, "The instance the provider issued could not be checked against the other provider objects: %v.", err)
 		}
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
+		return unusablef(tg.ReasonProvisioningFailed, "The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
 			"(the requests and notifications of one would be taken for the other's), so it was not recorded. Point spec.url at a provisioner that issues this object an instance of its own.",
 			got.Instance.ID, holder)
 	}
@@ -110,14 +110,14 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 		Data:       map[string][]byte{provisionedKey: []byte(got.Credential.Token)},
 	}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
-		return tg.ReasonProvisioningFailed, err.Error()
+		return &unusable{reason: tg.ReasonProvisioningFailed, message: err.Error()}
 	}
 	if err := r.Create(ctx, owned); err != nil && !apierrors.IsAlreadyExists(err) {
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
+		return unusablef(tg.ReasonProvisioningFailed, "Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
 	}
 	st := obj.GetStatus()
 	if cur := st.Instance; cur != nil && cur.ID == got.Instance.ID {
-		return "", "" // the Secret of the current instance was made again
+		return nil // the Secret of the current instance was made again
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	inst := &tg.ProviderInstance{ID: got.Instance.ID, Name: got.Instance.Name, CredentialSecretName: secret.Name, Replaces: replaces, CredentialIssuedAt: &now}
@@ -128,7 +128,7 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 		st.ReplacedInstances = append(st.ReplacedInstances, *cur)
 	}
 	st.Instance = inst
-	return "", ""
+	return nil
 }
 
 // retireReplaced deletes, at the provider, each replaced instance that no call uses any more, or
@@ -188,9 +188,9 @@ func minPositive(a, b time.Duration) time.Duration {
 // deleteInstance deletes instance id of the object at the provider, with the provisioner token:
 // its credential is revoked and its pending requests cancelled.
 func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, id string) error {
-	pc, reason, message := r.provisioner(ctx, k, obj)
-	if reason != "" {
-		return fmt.Errorf("deleting instance %s of %s: %s", id, k, message)
+	pc, err := r.provisioner(ctx, k, obj)
+	if err != nil {
+		return fmt.Errorf("deleting instance %s of %s: %w", id, k, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -200,30 +200,26 @@ func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providerKey, 
 	return nil
 }
 
-// provisionFailed is the Ready condition of a provisioning the provider refused or did not answer.
-func provisionFailed(err error) (reason, message string) {
+// provisionFailed is why a provisioning the provider refused or did not answer had no instance.
+func provisionFailed(err error) error {
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeUnauthenticated:
-		return tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef."
+		return unusablef(tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef.")
 	case provider.CodeForbidden:
-		return tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token."
+		return unusablef(tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token.")
 	case provider.CodeInstanceDeleted:
-		return tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew."
+		return unusablef(tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew.")
 	default:
-		return tg.ReasonProvisioningFailed, fmt.Sprintf("The provider could not create the instance (provider error %s).", code)
+		return unusablef(tg.ReasonProvisioningFailed, "The provider could not create the instance (provider error %s).", code)
 	}
 }
 
 // provisioner is the client that manages the object's instance, with the provisioner token as its
-// credential.
-func (r *ProviderReconciler) provisioner(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, string, string) {
+// credential; its error is an *unusable.
+func (r *ProviderReconciler) provisioner(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, error) {
 	ref := obj.GetSpec().Provisioning.ProvisionerTokenSecretRef
 	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: ref.Name}
-	pc, reason, err := r.providers.newClient(ctx, k, obj, secret, keyOr(ref.Key, "token"))
-	if err != nil {
-		return nil, reason, err.Error()
-	}
-	return pc, "", ""
+	return r.providers.newClient(ctx, k, obj, secret, keyOr(ref.Key, "token"))
 }
 
 // addFinalizer adds finalizer to obj unless it has it.

@@ -317,9 +317,9 @@ func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Mess
 			return tc, nil
 		}
 	}
-	c, _, problem, err := rc.providers.client(ctx, k, false, m.InstanceID)
-	if err != nil || problem != "" {
-		return nil, errors.Join(err, errorsIf(problem))
+	c, _, err := rc.providers.client(ctx, k, false, m.InstanceID)
+	if err != nil {
+		return nil, err
 	}
 	lc, ok := c.(interface {
 		Lookup(context.Context, string) (*provider.Request, error)
@@ -359,11 +359,4 @@ func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Mess
 func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providerKey, instance string) bool {
 	got, err := acceptedProvider(tc)
 	return err == nil && got == k && tc.Annotations[tg.AnnotationProviderInstance] == instance
-}
-
-func errorsIf(problem string) error {
-	if problem == "" {
-		return nil
-	}
-	return errors.New(problem)
 }

@@ -17,6 +17,12 @@ import (
 // receiverServer serves the Receiver over HTTPS on its own address, with the certificate and key in
 // a directory (tls.crt, tls.key) that is read again when they change. It runs on every replica, not
 // only the leader: what it records goes to the apiserver, and the leader's controllers act on it.
+//
+// controller-runtime's webhook server (pkg/webhook), built on the same certificate watcher, is not
+// used: its http.Server takes no read or write timeout (only a 32 s header timeout and 1 MiB of
+// headers), while the receiver faces whoever can reach the provider's path to it and bounds how long
+// a sender holds a connection and how much it sends; and it would serve before the cache the
+// receiver reads is filled.
 type receiverServer struct {
 	addr, certDir string
 	handler       http.Handler

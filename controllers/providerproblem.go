@@ -1,0 +1,29 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+)
+
+// unusable is why a provider object cannot serve, as an error that carries its reason: the reason its
+// Ready condition takes (empty where the one asking is a call, for which the object is missing or not
+// Ready yet) and a message that names what to fix. Every step of the provider side returns it as an
+// error; the step that writes a condition reads the reason back with unusableOf.
+type unusable struct {
+	reason  string
+	message string
+}
+
+func (u *unusable) Error() string { return u.message }
+
+// unusablef is an unusable with the given reason and message.
+func unusablef(reason, format string, args ...any) error {
+	return &unusable{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// unusableOf returns the unusable err is, or wraps; ok is false for any other error (an apiserver
+// read that failed, say), which is retried rather than reported.
+func unusableOf(err error) (u *unusable, ok bool) {
+	ok = errors.As(err, &u)
+	return u, ok
+}
