@@ -34,7 +34,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	}
 	// The Job the approval would start must be valid before anyone is asked to approve it. The
 	// template decides that, so the dry run runs once per Tool generation.
-	if !r.tools.templateChecked(tool) {
+	if !r.tools.TemplateChecked(tool) {
 		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
 		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
@@ -42,7 +42,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 			}
 			return nil, nil, fmt.Errorf("dry-running the Job of Tool %s: %w", tool.Name, err)
 		}
-		r.tools.templatePassed(tool)
+		r.tools.TemplatePassed(tool)
 	}
 	pk, err := r.providers.resolve(ctx, tool)
 	if err != nil {
@@ -82,7 +82,7 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
 		return nil, rej, nil
 	}
-	if rej := r.tools.validateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
+	if rej := r.tools.ValidateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
 		return nil, rej, nil
 	}
 	return tool, nil, nil

@@ -11,9 +11,9 @@
 // their finalizer). scope.go, status.go, outcomes.go, patches.go and writelog.go are how a reconcile
 // reads and writes its ToolCall; timing.go its clock. The long polls run in internal/waiter.
 //
-// The Tool reconciler (tool_controller.go) reports whether each Tool's approval rules compile. It
-// shares with the ToolCall reconciler one cache of what is derived from each Tool generation
-// (toolcache.go) and the lookup of a call's Tool (toolindex.go).
+// The Tool reconciler (package controllers/tool) reports whether each Tool's approval rules compile.
+// It shares with the ToolCall reconciler one cache of what is derived from each Tool generation
+// (controllers/internal/toolcache). toolindex.go is how a call finds its Tool.
 //
 // The provider objects' reconciler (ProviderReconciler, for ApprovalProviders and
 // ClusterApprovalProviders) checks each one's credential and reachability (provider_controller.go),

@@ -21,6 +21,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/toolcache"
+	"toolgate.dev/toolgate/controllers/tool"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/waiter"
@@ -182,7 +184,7 @@ var toolCallUIDExists = func() labels.Requirement {
 // its long-poll Waiter, the Tool controller, and the health probes.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
-	tools, err := newToolCache(policy.DefaultLimits())
+	tools, err := toolcache.New(policy.DefaultLimits())
 	if err != nil {
 		return err
 	}
@@ -213,7 +215,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
-	toolController := &ToolReconciler{Client: mgr.GetClient(), tools: tools}
+	toolController := &tool.Reconciler{Client: mgr.GetClient(), Tools: tools}
 	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}

@@ -26,7 +26,7 @@ type admitted struct {
 // Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
 // Approve or Require.
 func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitted, *lifecycle.Status) {
-	rules, err := r.tools.rules(tool)
+	rules, err := r.tools.Rules(tool)
 	if err != nil {
 		return nil, lifecycle.RulesInvalid.Status(tool.Name, err)
 	}
@@ -109,7 +109,7 @@ func (r *ToolCallReconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolC
 	if lifecycle.ToolVersionMismatch(tc, tool) != "" {
 		return true, nil
 	}
-	rules, err := r.tools.rules(tool)
+	rules, err := r.tools.Rules(tool)
 	if err != nil {
 		return false, nil
 	}

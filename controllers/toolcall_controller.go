@@ -29,6 +29,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/toolcache"
 	"toolgate.dev/toolgate/internal/waiter"
 )
 
@@ -63,7 +64,7 @@ type ToolCallReconciler struct {
 	MaxConcurrentReconciles int
 
 	// tools are what the controllers derive from each Tool generation, shared with the Tool controller.
-	tools   *toolCache
+	tools   *toolcache.Cache
 	written writeLog
 	gone    goneCalls
 }

@@ -1,4 +1,7 @@
-package controllers
+// Package toolcache holds what Toolgate's controllers derive from each Tool generation: its compiled
+// argumentsSchema, whether its Job template passed the server-side dry run, and its compiled approval
+// rules. The ToolCall and Tool controllers share one Cache.
+package toolcache
 
 import (
 	"bytes"
@@ -15,12 +18,12 @@ import (
 	"toolgate.dev/toolgate/internal/policy"
 )
 
-// toolCache holds what the controllers derive from a Tool, for one generation of it: the compiled
+// Cache holds what the controllers derive from a Tool, for one generation of it: the compiled
 // argumentsSchema, whether its Job template passed the server-side dry run, and its compiled approval
 // rules. A Tool change (a new generation) starts afresh, and a deleted Tool is forgotten. The ToolCall
 // and Tool controllers share one, so that a generation's rules are compiled once, by whichever needs
 // them first.
-type toolCache struct {
+type Cache struct {
 	compiler *policy.Compiler
 	mu       sync.Mutex
 	tools    map[types.UID]*toolFacts
@@ -37,16 +40,16 @@ type toolFacts struct {
 	rulesErr      error
 }
 
-func newToolCache(limits policy.Limits) (*toolCache, error) {
+func New(limits policy.Limits) (*Cache, error) {
 	c, err := policy.NewCompiler(limits)
 	if err != nil {
 		return nil, fmt.Errorf("building the approval rules' CEL environment: %w", err)
 	}
-	return &toolCache{compiler: c, tools: map[types.UID]*toolFacts{}}, nil
+	return &Cache{compiler: c, tools: map[types.UID]*toolFacts{}}, nil
 }
 
 // facts returns the entry for tool's current generation; the caller holds c.mu.
-func (c *toolCache) facts(tool *tg.Tool) *toolFacts {
+func (c *Cache) facts(tool *tg.Tool) *toolFacts {
 	f, ok := c.tools[tool.UID]
 	if !ok || f.generation != tool.Generation {
 		if c.tools == nil {
@@ -58,9 +61,9 @@ func (c *toolCache) facts(tool *tg.Tool) *toolFacts {
 	return f
 }
 
-// rules returns the Tool's compiled approval rules, or the compiler's message for every rule that
+// Rules returns the Tool's compiled approval rules, or the compiler's message for every rule that
 // does not compile.
-func (c *toolCache) rules(tool *tg.Tool) (*policy.Rules, error) {
+func (c *Cache) Rules(tool *tg.Tool) (*policy.Rules, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := c.facts(tool)
@@ -71,15 +74,15 @@ func (c *toolCache) rules(tool *tg.Tool) (*policy.Rules, error) {
 	return f.rules, f.rulesErr
 }
 
-// forget drops a deleted Tool.
-func (c *toolCache) forget(uid types.UID) {
+// Forget drops a deleted Tool.
+func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.tools, uid)
 }
 
-// schema compiles the Tool's argumentsSchema once per generation.
-func (c *toolCache) schema(tool *tg.Tool) (*jsonschema.Schema, error) {
+// Schema compiles the Tool's argumentsSchema once per generation.
+func (c *Cache) Schema(tool *tg.Tool) (*jsonschema.Schema, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := c.facts(tool)
@@ -90,15 +93,15 @@ func (c *toolCache) schema(tool *tg.Tool) (*jsonschema.Schema, error) {
 	return f.schema, f.schemaErr
 }
 
-// templateChecked reports whether this generation's Job template already passed the dry run.
-func (c *toolCache) templateChecked(tool *tg.Tool) bool {
+// TemplateChecked reports whether this generation's Job template already passed the dry run.
+func (c *Cache) TemplateChecked(tool *tg.Tool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.facts(tool).templateValid
 }
 
-// templatePassed records that this generation's Job template passed the dry run.
-func (c *toolCache) templatePassed(tool *tg.Tool) {
+// TemplatePassed records that this generation's Job template passed the dry run.
+func (c *Cache) TemplatePassed(tool *tg.Tool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.facts(tool).templateValid = true
@@ -117,12 +120,12 @@ func compileSchema(tool *tg.Tool) (*jsonschema.Schema, error) {
 	return c.Compile(url)
 }
 
-// validateArguments checks arguments against the Tool's argumentsSchema, if it has one.
-func (c *toolCache) validateArguments(tool *tg.Tool, raw []byte) *lifecycle.Status {
+// ValidateArguments checks arguments against the Tool's argumentsSchema, if it has one.
+func (c *Cache) ValidateArguments(tool *tg.Tool, raw []byte) *lifecycle.Status {
 	if tool.Spec.ArgumentsSchema == nil || len(tool.Spec.ArgumentsSchema.Raw) == 0 {
 		return nil
 	}
-	schema, err := c.schema(tool)
+	schema, err := c.Schema(tool)
 	if err != nil {
 		return lifecycle.SchemaInvalid.Status(tool.Name, err)
 	}

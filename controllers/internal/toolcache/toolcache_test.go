@@ -1,4 +1,4 @@
-package controllers
+package toolcache
 
 import (
 	"testing"
@@ -17,19 +17,19 @@ func TestToolCacheFollowsTheToolsGeneration(t *testing.T) {
 	tool := &tg.Tool{}
 	tool.UID, tool.Generation, tool.Name, tool.Namespace = "tool-1", 1, "refund", "payments"
 	tool.Spec.ArgumentsSchema = &apiextensionsv1.JSON{Raw: []byte(`{"type":"object"}`)}
-	var c toolCache
+	var c Cache
 
-	first, err := c.schema(tool)
+	first, err := c.Schema(tool)
 	g.Expect(err).NotTo(HaveOccurred())
-	again, _ := c.schema(tool)
+	again, _ := c.Schema(tool)
 	g.Expect(again).To(BeIdenticalTo(first), "compiled once per generation")
-	g.Expect(c.templateChecked(tool)).To(BeFalse())
-	c.templatePassed(tool)
-	g.Expect(c.templateChecked(tool)).To(BeTrue())
+	g.Expect(c.TemplateChecked(tool)).To(BeFalse())
+	c.TemplatePassed(tool)
+	g.Expect(c.TemplateChecked(tool)).To(BeTrue())
 
 	tool.Generation = 2
-	g.Expect(c.templateChecked(tool)).To(BeFalse(), "a new generation is dry-run again")
-	next, err := c.schema(tool)
+	g.Expect(c.TemplateChecked(tool)).To(BeFalse(), "a new generation is dry-run again")
+	next, err := c.Schema(tool)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(next).NotTo(BeIdenticalTo(first), "a new generation is compiled again")
 }
@@ -38,22 +38,22 @@ func TestToolCacheFollowsTheToolsGeneration(t *testing.T) {
 // Tool is forgotten with everything derived from it.
 func TestToolCacheCompilesRulesOncePerGenerationAndForgetsDeletedTools(t *testing.T) {
 	g := NewWithT(t)
-	c, err := newToolCache(policy.DefaultLimits())
+	c, err := New(policy.DefaultLimits())
 	g.Expect(err).NotTo(HaveOccurred())
 	tool := &tg.Tool{}
 	tool.UID, tool.Generation = "tool-1", 1
 	tool.Spec.Approval = &tg.ApprovalPolicy{Rules: []tg.ApprovalRule{{Name: "small", Action: tg.ActionApprove, Expression: "arguments.amount < 100"}}}
 
-	first, err := c.rules(tool)
+	first, err := c.Rules(tool)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(first.Len()).To(Equal(1))
-	again, _ := c.rules(tool)
+	again, _ := c.Rules(tool)
 	g.Expect(again).To(BeIdenticalTo(first), "compiled once per generation")
-	c.templatePassed(tool)
+	c.TemplatePassed(tool)
 
-	c.forget(tool.UID)
+	c.Forget(tool.UID)
 	g.Expect(c.tools).NotTo(HaveKey(tool.UID))
-	g.Expect(c.templateChecked(tool)).To(BeFalse(), "a Tool created again under the same UID starts afresh")
-	next, _ := c.rules(tool)
+	g.Expect(c.TemplateChecked(tool)).To(BeFalse(), "a Tool created again under the same UID starts afresh")
+	next, _ := c.Rules(tool)
 	g.Expect(next).NotTo(BeIdenticalTo(first))
 }

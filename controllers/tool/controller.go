@@ -1,4 +1,5 @@
-package controllers
+// Package tool is the Tool controller: it reports on each Tool whether its approval rules compile.
+package tool
 
 import (
 	"context"
@@ -15,14 +16,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/toolcache"
 )
 
-// ToolReconciler reports on each Tool whether its approval rules compile: the ApprovalRulesReady
+// Reconciler reports on each Tool whether its approval rules compile: the ApprovalRulesReady
 // condition, with the compiler's message when they do not, for the generation it describes.
-type ToolReconciler struct {
+type Reconciler struct {
 	client.Client
 
-	tools *toolCache
+	// Tools is the per-Tool-generation cache shared with the ToolCall controller.
+	Tools *toolcache.Cache
 	// uids remembers each Tool's UID by name, so that a deleted Tool can be forgotten.
 	uids sync.Map
 }
@@ -30,19 +33,19 @@ type ToolReconciler struct {
 // +kubebuilder:rbac:groups=toolgate.dev,resources=tools/status,verbs=get;update;patch
 
 // Reconcile compiles the Tool's rules (once per generation) and writes the condition if it changed.
-func (r *ToolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tool := &tg.Tool{}
 	if err := r.Get(ctx, req.NamespacedName, tool); err != nil {
 		if uid, ok := r.uids.LoadAndDelete(req.NamespacedName); ok && client.IgnoreNotFound(err) == nil {
-			r.tools.forget(uid.(types.UID))
+			r.Tools.Forget(uid.(types.UID))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if old, loaded := r.uids.Swap(req.NamespacedName, tool.UID); loaded && old.(types.UID) != tool.UID {
-		r.tools.forget(old.(types.UID)) // deleted and created again under the same name
+		r.Tools.Forget(old.(types.UID)) // deleted and created again under the same name
 	}
 	orig := tool.Status.DeepCopy()
-	meta.SetStatusCondition(&tool.Status.Conditions, rulesCondition(tool, r.tools))
+	meta.SetStatusCondition(&tool.Status.Conditions, rulesCondition(tool, r.Tools))
 	tool.Status.ObservedGeneration = tool.Generation
 	if equality.Semantic.DeepEqual(*orig, tool.Status) {
 		return ctrl.Result{}, nil
@@ -53,9 +56,9 @@ func (r *ToolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // rulesCondition is the ApprovalRulesReady condition for the Tool's current generation.
-func rulesCondition(tool *tg.Tool, c *toolCache) metav1.Condition {
+func rulesCondition(tool *tg.Tool, c *toolcache.Cache) metav1.Condition {
 	cond := metav1.Condition{Type: tg.ConditionApprovalRulesReady, ObservedGeneration: tool.Generation}
-	rs, err := c.rules(tool)
+	rs, err := c.Rules(tool)
 	switch {
 	case err != nil:
 		cond.Status, cond.Reason = metav1.ConditionFalse, tg.ReasonInvalidApprovalRules
@@ -75,7 +78,7 @@ func rulesCondition(tool *tg.Tool, c *toolCache) metav1.Condition {
 
 // SetupWithManager registers the Tool controller. Creation, deletion and spec changes (a new
 // generation) trigger it; its own status writes do not.
-func (r *ToolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.Tool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("tool").
