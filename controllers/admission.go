@@ -12,6 +12,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 )
 
 // admit checks everything that can be checked before asking a human, runs the Tool's approval rules,
@@ -44,7 +45,7 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 		}
 		r.tools.TemplatePassed(tool)
 	}
-	pk, err := r.providers.resolve(ctx, tool)
+	pk, err := r.providers.Resolve(ctx, tool)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -56,10 +57,10 @@ func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admit
 	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
 	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
 	lifecycle.RecordToolVersion(tc, tool)
-	if a := pk.annotation(); a != "" {
+	if a := pk.Annotation(); a != "" {
 		tc.Annotations[tg.AnnotationProvider] = a
 	}
-	if inst := r.providers.instanceOf(ctx, pk); inst != "" {
+	if inst := r.providers.InstanceOf(ctx, pk); inst != "" {
 		tc.Annotations[tg.AnnotationProviderInstance] = inst
 	}
 	if adm.verdict.Action == tg.ActionApprove {
@@ -197,15 +198,15 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 // (its spec.providerRef, or the first default that is not being deleted), or a default being deleted
 // ahead of it, which still serves the calls it has (providers.stillServes).
 func (r *ToolCallReconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, tool *tg.Tool) (*lifecycle.Status, error) {
-	k, err := acceptedProvider(tc)
+	k, err := providers.Accepted(tc)
 	if err != nil {
 		return notAccepted(err.Error()), nil
 	}
-	ok, cur, err := r.providers.stillServes(ctx, tool, k)
+	ok, cur, err := r.providers.StillServes(ctx, tool, k)
 	if err != nil || ok {
 		return nil, err
 	}
-	return notAccepted(fmt.Sprintf("annotation %s is %q while the calls of Tool %s go to %s", tg.AnnotationProvider, k.annotation(), tool.Name, cur)), nil
+	return notAccepted(fmt.Sprintf("annotation %s is %q while the calls of Tool %s go to %s", tg.AnnotationProvider, k.Annotation(), tool.Name, cur)), nil
 }
 
 // ruleSuffix names the rule that decided, if one did.

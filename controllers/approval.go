@@ -16,6 +16,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -95,12 +96,12 @@ const providerRecheck = 5 * time.Second
 // awaitProvider keeps a call Pending while the provider it was accepted with is missing or not Ready
 // (waiting true), and ends it ApprovalUnavailable once its approval limit passed that way.
 func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (res ctrl.Result, waiting bool, err error) {
-	k, err := acceptedProvider(sc.tc)
+	k, err := providers.Accepted(sc.tc)
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}
-	_, current, err := r.providers.client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
-	u, notReady := unusableOf(err)
+	_, current, err := r.providers.Client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
+	u, notReady := providers.UnusableOf(err)
 	if err != nil && !notReady {
 		return ctrl.Result{}, true, err
 	}
@@ -109,7 +110,7 @@ func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Win
 		// its provider had an instance records the one it is first submitted to.
 		return ctrl.Result{}, false, r.recordInstance(ctx, sc.tc, current)
 	}
-	problem := u.message
+	problem := u.Message
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
 		setStatus(sc.tc, lifecycle.ProviderUnreachable.Status(problem))
 		return ctrl.Result{}, true, nil
@@ -232,7 +233,7 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl
 			return r.withdrawForToolChange(ctx, sc, ref, change)
 		}
 	}
-	if r.providers.asynchronous(ctx, tc) {
+	if r.providers.Asynchronous(ctx, tc) {
 		// Asynchronous mode (asyncwait.go): no long poll; one the call had before its provider's
 		// delivery was registered ends.
 		r.Waiter.Stop(tc.UID)

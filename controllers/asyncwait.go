@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -229,22 +230,6 @@ func (r *ToolCallReconciler) awaitNotification(ctx context.Context, sc *scope, r
 	return ctrl.Result{RequeueAfter: max(wake.Sub(now), time.Second)}, nil
 }
 
-// asynchronous reports whether tc's request lives in an instance its provider delivers
-// notifications for, so that it waits without a long poll.
-func (p *providers) asynchronous(ctx context.Context, tc *tg.ToolCall) bool {
-	instance := tc.Annotations[tg.AnnotationProviderInstance]
-	k, err := acceptedProvider(tc)
-	if err != nil || k == flagsProvider || instance == "" {
-		return false
-	}
-	obj := newProviderObject(k.kind)
-	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.namespace, Name: k.name}, obj); err != nil {
-		return false
-	}
-	d := obj.GetStatus().Delivery
-	return d != nil && d.Active != nil && d.Active.InstanceID == instance
-}
-
 // deliveryChanged lets through a provider object whose active delivery registration changed: its
 // waiting calls switch between long polls and notifications.
 type deliveryChanged struct{ predicate.Funcs }
@@ -266,9 +251,9 @@ func (deliveryChanged) Update(e event.UpdateEvent) bool {
 // waitingCallsOf maps a provider object to its calls that have not ended.
 func waitingCallsOf(c client.Reader, kind string) func(context.Context, client.Object) []reconcile.Request {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		k := providerKey{kind: kind, namespace: o.GetNamespace(), name: o.GetName()}
+		k := providers.Key{Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName()}
 		calls := &tg.ToolCallList{}
-		if err := c.List(ctx, calls, client.MatchingFields{providerField: providerIndex(k)}); err != nil {
+		if err := c.List(ctx, calls, client.MatchingFields{providers.ToolCallsField: providers.Index(k)}); err != nil {
 			return nil
 		}
 		var out []reconcile.Request

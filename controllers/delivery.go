@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -36,7 +37,7 @@ const previousGrace = 10 * time.Minute
 // repeat after a crash is the same update). The provider verifies the receiver before it commits.
 // It returns the Delivery condition (nil to remove it) and how soon to look again (0: at the next
 // probe).
-func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey, obj tg.GenericProvider) (*metav1.Condition, time.Duration) {
+func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*metav1.Condition, time.Duration) {
 	spec, st := obj.GetSpec(), obj.GetStatus()
 	inst := st.Instance
 	cond := func(status metav1.ConditionStatus, reason, format string, args ...any) *metav1.Condition {
@@ -73,8 +74,8 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 	if p := d.Proposed; p == nil || !matches(p, want, inst.ID) {
 		// The cache may not show a proposal written a moment ago: the object is read live before
 		// another registration is drawn.
-		live := newProviderObject(k.kind)
-		if err := r.providers.live.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		live := providers.NewObject(k.Kind)
+		if err := r.providers.Live().Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
 			return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The provider object could not be read: %s.", apierrors.ReasonForError(err)), reprobeNotReady
 		}
 		if ld := live.GetStatus().Delivery; ld != nil && ld.Proposed != nil && matches(ld.Proposed, want, inst.ID) {
@@ -90,7 +91,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providerKey
 		return cond(metav1.ConditionFalse, tg.ReasonRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
 	}
 	p := d.Proposed
-	secret, err := r.providers.secretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: p.SecretName}, signingSecretKey)
+	secret, err := r.providers.SecretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: p.SecretName}, signingSecretKey)
 	if err != nil {
 		return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The signing secret of registration %s cannot be read: %v.", p.RegistrationID, err), reprobeNotReady
 	}
@@ -123,16 +124,16 @@ func matches(reg *tg.WebhookRegistration, want *tg.Delivery, instance string) bo
 
 // propose draws a registration id and a signing secret for want and instance, and keeps the secret
 // in a Secret the object owns.
-func (r *ProviderReconciler) propose(ctx context.Context, k providerKey, obj tg.GenericProvider, want *tg.Delivery, instance string) (*tg.WebhookRegistration, error) {
+func (r *ProviderReconciler) propose(ctx context.Context, k providers.Key, obj tg.GenericProvider, want *tg.Delivery, instance string) (*tg.WebhookRegistration, error) {
 	secret, err := aapwebhook.NewSecret(rand.Read)
 	if err != nil {
 		return nil, fmt.Errorf("a signing secret could not be drawn: %w", err)
 	}
 	id := uuid.NewString()
-	name := fmt.Sprintf("%s-aap-webhook-%s", truncate(obj.GetName(), 200), id[:8])
+	name := fmt.Sprintf("%s-aap-webhook-%s", providers.Truncate(obj.GetName(), 200), id[:8])
 	owned := &corev1.Secret{}
-	owned.Namespace, owned.Name = r.providers.namespaceOf(k), name
-	owned.Labels = map[string]string{consentLabel(k): obj.GetName()}
+	owned.Namespace, owned.Name = r.providers.NamespaceOf(k), name
+	owned.Labels = map[string]string{providers.ConsentLabel(k): obj.GetName()}
 	owned.Data = map[string][]byte{signingSecretKey: []byte(secret)}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
 		return nil, err
@@ -146,7 +147,7 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providerKey, obj tg.
 }
 
 // updateDelivery sends the delivery update of instance id with the provisioner token.
-func (r *ProviderReconciler) updateDelivery(ctx context.Context, k providerKey, obj tg.GenericProvider, id, key string, d provider.DeliveryUpdate) error {
+func (r *ProviderReconciler) updateDelivery(ctx context.Context, k providers.Key, obj tg.GenericProvider, id, key string, d provider.DeliveryUpdate) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
 		return err
@@ -161,10 +162,10 @@ func (r *ProviderReconciler) updateDelivery(ctx context.Context, k providerKey, 
 // updateFailure says why a delivery update failed: the provider's error code, or why it was never
 // sent.
 func updateFailure(err error) string {
-	if u, ok := unusableOf(err); ok {
+	if u, ok := providers.UnusableOf(err); ok {
 		// No client could be built with the provisioner token (its Secret, or the object's CA
 		// bundle): nothing reached the provider.
-		return "the provisioner token cannot be used: " + u.message
+		return "the provisioner token cannot be used: " + u.Message
 	}
 	return "provider error " + provider.CodeOf(err)
 }
@@ -178,16 +179,9 @@ func setDeliveryCondition(st *tg.ApprovalProviderStatus, c *metav1.Condition) {
 	meta.SetStatusCondition(&st.Conditions, *c)
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
 // claim is a provider object found by one of its registrations or instances.
 type claim struct {
-	k   providerKey
+	k   providers.Key
 	obj tg.GenericProvider
 }
 
@@ -203,7 +197,7 @@ func providersBy(ctx context.Context, c client.Reader, field, value string) ([]c
 	}
 	for i := range aps.Items {
 		ap := &aps.Items[i]
-		out = append(out, claim{providerKey{kind: tg.KindApprovalProvider, namespace: ap.Namespace, name: ap.Name}, ap})
+		out = append(out, claim{providers.Key{Kind: tg.KindApprovalProvider, Namespace: ap.Namespace, Name: ap.Name}, ap})
 	}
 	caps := &tg.ClusterApprovalProviderList{}
 	if err := c.List(ctx, caps, client.MatchingFields{field: value}); err != nil {
@@ -211,7 +205,7 @@ func providersBy(ctx context.Context, c client.Reader, field, value string) ([]c
 	}
 	for i := range caps.Items {
 		cap := &caps.Items[i]
-		out = append(out, claim{providerKey{kind: tg.KindClusterApprovalProvider, name: cap.Name}, cap})
+		out = append(out, claim{providers.Key{Kind: tg.KindClusterApprovalProvider, Name: cap.Name}, cap})
 	}
 	return out, nil
 }

@@ -18,10 +18,10 @@
 // The provider objects' reconciler (ProviderReconciler, for ApprovalProviders and
 // ClusterApprovalProviders) checks each one's credential and reachability (provider_controller.go),
 // provisions its AAP instance (provisioning.go) and registers its webhook receiver (delivery.go). Its
-// steps return an *unusable error that carries the Ready condition's reason (providerproblem.go).
-// The registry of provider clients (providers.go), which Secrets may serve them (providersecrets.go)
-// and the bounded calls a ToolCall makes through them (providercalls.go) are shared by every
-// reconciler and the receiver.
+// steps return a *providers.Unusable error that carries the Ready condition's reason. The registry of
+// provider clients, which Secrets may serve them and why one cannot serve is its own package,
+// controllers/internal/providers, shared by every reconciler and the receiver; providercalls.go holds
+// the bounded calls a ToolCall makes through it.
 //
 // The receiver (receiver.go, served by receiverserver.go) takes AAP's signed notifications and hands
 // the decision to read to the ToolCall reconciler.

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 )
 
 // Every field index of the manager's cache: its name, what it indexes, and its one registration
@@ -20,8 +21,6 @@ const (
 	toolNameField = "spec.toolName"
 	// toolCallToolField indexes ToolCalls by spec.tool.
 	toolCallToolField = "spec.tool"
-	// providerField indexes ToolCalls by the provider their acceptance recorded (providerIndex).
-	providerField = "toolgate.dev/provider"
 	// registrationField indexes provider objects by the registration ids of their delivery status.
 	registrationField = "toolgate.dev/webhook-registration"
 	// instanceField indexes provider objects by the instances they hold (status.instance, the
@@ -41,7 +40,7 @@ func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
 	}{
 		{&tg.Tool{}, toolNameField, func(o client.Object) []string { return []string{o.(*tg.Tool).Spec.ToolName} }},
 		{&tg.ToolCall{}, toolCallToolField, func(o client.Object) []string { return []string{o.(*tg.ToolCall).Spec.Tool} }},
-		{&tg.ToolCall{}, providerField, indexToolCallsByProvider},
+		{&tg.ToolCall{}, providers.ToolCallsField, providers.IndexToolCalls},
 		{&tg.ApprovalProvider{}, registrationField, indexProvidersByRegistration},
 		{&tg.ApprovalProvider{}, instanceField, indexProvidersByInstance},
 		{&tg.ClusterApprovalProvider{}, registrationField, indexProvidersByRegistration},
@@ -60,15 +59,6 @@ func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
 		}
 	}
 	return nil
-}
-
-// indexToolCallsByProvider indexes ToolCalls by the provider their acceptance recorded.
-func indexToolCallsByProvider(o client.Object) []string {
-	k, err := acceptedProvider(o.(*tg.ToolCall))
-	if err != nil || k == flagsProvider {
-		return nil
-	}
-	return []string{providerIndex(k)}
 }
 
 // deliveryRegistrations are the active, proposed and previous registrations of a provider object.

@@ -21,6 +21,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 )
 
 // startJob starts the approved call: the Job's existence is the record that the tool ran, so an
@@ -87,11 +88,11 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batch
 	if !decidedByPolicy(tc) {
 		// A human's approval counts from the provider the Tool's calls go to: the record is
 		// checked again, as the Tool's version is.
-		k, err := acceptedProvider(tc)
+		k, err := providers.Accepted(tc)
 		if err != nil {
 			return nil, nil, err
 		}
-		serves, cur, err := r.providers.stillServes(ctx, tool, k)
+		serves, cur, err := r.providers.StillServes(ctx, tool, k)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 	"toolgate.dev/toolgate/controllers/tool"
 	"toolgate.dev/toolgate/internal/policy"
@@ -192,7 +193,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := registerIndexes(mgr, receiverOn); err != nil {
 		return err
 	}
-	provs := newProviders(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
+	provs := providers.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
 		provider.Options{OnError: CountProviderError})
 	r := &ToolCallReconciler{
 		Client:                  mgr.GetClient(),

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -38,7 +39,7 @@ type ProviderReconciler struct {
 	// Clock times the deletion of a provider object in use.
 	Clock     clock.PassiveClock
 	kind      string
-	providers *providers
+	providers *providers.Registry
 }
 
 const (
@@ -68,17 +69,17 @@ const (
 //	                                                         the instance (spec.delivery), or removed
 //	requeue                                                  the next probe, renewal or retirement
 func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	obj := newProviderObject(r.kind)
+	obj := providers.NewObject(r.kind)
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	k := providerKey{kind: r.kind, namespace: obj.GetNamespace(), name: obj.GetName()}
+	k := providers.Key{Kind: r.kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.retire(ctx, k, obj)
 	}
 	orig := obj.GetStatus().DeepCopy()
 	var (
-		problem error         // why the object cannot serve: an *unusable
+		problem error         // why the object cannot serve: a *providers.Unusable
 		renewal string        // why a due replacement of its credential failed
 		next    time.Duration // how soon replaced instances or a registration are looked at again
 	)
@@ -96,11 +97,11 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	status, reason, message := metav1.ConditionTrue, tg.ReasonReachable, "An authenticated read at the provider succeeded."
 	if problem != nil {
-		u, ok := unusableOf(problem)
+		u, ok := providers.UnusableOf(problem)
 		if !ok {
 			return ctrl.Result{}, problem
 		}
-		status, reason, message = metav1.ConditionFalse, u.reason, u.message
+		status, reason, message = metav1.ConditionFalse, u.Reason, u.Message
 	}
 	if renewal != "" && status == metav1.ConditionTrue {
 		message += " " + renewal
@@ -134,7 +135,7 @@ func (r *ProviderReconciler) requeue(obj tg.GenericProvider, status metav1.Condi
 	if retire > 0 {
 		next = min(next, retire)
 	}
-	if inst := provisionedInstance(obj); inst != nil {
+	if inst := providers.ProvisionedInstance(obj); inst != nil {
 		if due := renewAt(inst).Sub(r.Clock.Now()); due > 0 {
 			next = min(next, due)
 		}
@@ -144,46 +145,46 @@ func (r *ProviderReconciler) requeue(obj tg.GenericProvider, status metav1.Condi
 
 // check builds the provider's client and probes it. Messages name what to fix and never quote the
 // credential or anything that changes from one probe to the next.
-// It returns nil when the provider accepted the credential, an *unusable otherwise.
-func (r *ProviderReconciler) check(ctx context.Context, k providerKey, obj tg.GenericProvider) error {
-	hc, err := r.providers.current(ctx, k, obj)
+// It returns nil when the provider accepted the credential, a *providers.Unusable otherwise.
+func (r *ProviderReconciler) check(ctx context.Context, k providers.Key, obj tg.GenericProvider) error {
+	hc, err := r.providers.Current(ctx, k, obj)
 	if err != nil {
 		return err
 	}
 	if err := hc.ReloadCredential(); err != nil {
-		return &unusable{reason: tg.ReasonCredentialUnavailable, message: err.Error()}
+		return &providers.Unusable{Reason: tg.ReasonCredentialUnavailable, Message: err.Error()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	_, err = hc.Wait(ctx, provider.Ref{ID: uuid.NewString()}, 0)
-	secret, key := r.providers.credentialOf(k, obj)
+	secret, key := r.providers.CredentialOf(k, obj)
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeNotFound:
 		return nil
 	case provider.CodeUnauthenticated:
 		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialExpiresAt != nil {
-			return unusablef(tg.ReasonCredentialRejected,
+			return providers.Unusablef(tg.ReasonCredentialRejected,
 				"The provider refused the credential it issued for instance %s (401), which expires at %s; the manager replaces it with a new instance once two thirds of its lifetime have passed. If the provider revoked it sooner, delete this object (its pending requests are cancelled) and create it again.",
 				inst.ID, inst.CredentialExpiresAt.UTC().Format(time.RFC3339))
 		}
-		return unusablef(tg.ReasonCredentialRejected,
+		return providers.Unusablef(tg.ReasonCredentialRejected,
 			"The provider refused the credential (401): put this instance's credential in Secret %s, key %q.", secret.Name, key)
 	case provider.CodeForbidden:
-		return unusablef(tg.ReasonCredentialForbidden,
+		return providers.Unusablef(tg.ReasonCredentialForbidden,
 			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", secret.Name)
 	default:
 		cause := "provider error " + code
 		if cert := certificateProblem(err); cert != "" {
 			cause = "the provider's TLS certificate could not be verified: " + cert + "; check spec.url, and that spec.caBundle or spec.caBundleRef holds the CA that signed it"
 		}
-		return unusablef(tg.ReasonUnreachable, "The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
+		return providers.Unusablef(tg.ReasonUnreachable, "The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
 	}
 }
 
 func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// A new generation, or the deletion (which sets the deletion timestamp and bumps the generation).
-		For(newProviderObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting{}))).
+		For(providers.NewObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting{}))).
 		// A call that ended may have been the last one holding a replaced instance, or a deleted
 		// provider object, back.
 		Watches(&tg.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.heldBy), builder.WithPredicates(callEnded{})).
@@ -194,13 +195,13 @@ func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // heldBy maps a call that ended to its provider object of this reconciler's kind, if the object
 // waits for its calls to end: it has replaced instances, or it is being deleted.
 func (r *ProviderReconciler) heldBy(ctx context.Context, o client.Object) []reconcile.Request {
-	k, err := acceptedProvider(o.(*tg.ToolCall))
-	if err != nil || k.kind != r.kind {
+	k, err := providers.Accepted(o.(*tg.ToolCall))
+	if err != nil || k.Kind != r.kind {
 		return nil
 	}
-	key := types.NamespacedName{Namespace: k.namespace, Name: k.name}
-	obj := newProviderObject(k.kind)
-	if err := r.providers.cache.Get(ctx, key, obj); err != nil {
+	key := types.NamespacedName{Namespace: k.Namespace, Name: k.Name}
+	obj := providers.NewObject(k.Kind)
+	if err := r.Get(ctx, key, obj); err != nil {
 		return nil
 	}
 	if len(obj.GetStatus().ReplacedInstances) == 0 && obj.GetDeletionTimestamp().IsZero() {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -41,7 +42,7 @@ func (b boundedCalls) Cancel(ctx context.Context, ref provider.Ref) (*provider.R
 // and no client of it is left, or its record is unreadable) fails the call with a retryable
 // unavailable error, as an unreachable provider would.
 type callProvider struct {
-	providers *providers
+	providers *providers.Registry
 	tc        *tg.ToolCall
 	timeout   time.Duration
 }
@@ -50,13 +51,13 @@ var _ provider.Client = callProvider{}
 
 // raw is the client itself, unbounded (the waiter's long polls carry their own waits).
 func (p callProvider) raw(ctx context.Context, op string) (provider.Client, error) {
-	k, err := acceptedProvider(p.tc)
+	k, err := providers.Accepted(p.tc)
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeInvalidRequest, Detail: err.Error()}
 	}
-	c, _, err := p.providers.client(ctx, k, false, p.tc.Annotations[tg.AnnotationProviderInstance])
-	if u, ok := unusableOf(err); ok {
-		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: u.message}
+	c, _, err := p.providers.Client(ctx, k, false, p.tc.Annotations[tg.AnnotationProviderInstance])
+	if u, ok := providers.UnusableOf(err); ok {
+		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: u.Message}
 	}
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Err: err}

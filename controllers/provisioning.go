@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -25,29 +26,29 @@ import (
 // object), then, unless the Secret exists, asks the provider for the instance under the object's
 // UID as Idempotency-Key. A repeat after a crash, or after someone deleted the Secret, gets the same
 // instance and credential back. A credential that expires is replaced by a new instance once two
-// thirds of its lifetime have passed (replace). An error, an *unusable, says why the instance could
-// not be had (the Ready condition's reason and message). renewal, when not empty, says why a
+// thirds of its lifetime have passed (replace). An error, a *providers.Unusable, says why the
+// instance could not be had (the Ready condition's reason and message). renewal, when not empty, says why a
 // replacement failed; the current credential is still valid.
-func (r *ProviderReconciler) provision(ctx context.Context, k providerKey, obj tg.GenericProvider) (renewal string, err error) {
+func (r *ProviderReconciler) provision(ctx context.Context, k providers.Key, obj tg.GenericProvider) (renewal string, err error) {
 	if err := r.addFinalizer(ctx, obj, tg.FinalizerInstance); err != nil {
-		return "", unusablef(tg.ReasonProvisioningFailed, "The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
+		return "", providers.Unusablef(tg.ReasonProvisioningFailed, "The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
 	}
-	secret, _ := r.providers.credentialOf(k, obj)
-	err = r.providers.live.Get(ctx, secret, &corev1.Secret{})
+	secret, _ := r.providers.CredentialOf(k, obj)
+	err = r.providers.Live().Get(ctx, secret, &corev1.Secret{})
 	missing := apierrors.IsNotFound(err)
 	inst := obj.GetStatus().Instance
 	switch {
 	case err == nil && inst != nil && !r.Clock.Now().Before(renewAt(inst)):
 		if err := r.newInstance(ctx, k, obj, inst.ID); err != nil {
-			u, _ := unusableOf(err)
+			u, _ := providers.UnusableOf(err)
 			return fmt.Sprintf("Its credential expires at %s and could not be replaced yet (%s): %s",
-				inst.CredentialExpiresAt.UTC().Format(time.RFC3339), u.reason, u.message), nil
+				inst.CredentialExpiresAt.UTC().Format(time.RFC3339), u.Reason, u.Message), nil
 		}
 		return "", nil
 	case err == nil && inst != nil:
 		return "", nil
 	case err != nil && !missing:
-		return "", unusablef(tg.ReasonProvisioningFailed, "Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
+		return "", providers.Unusablef(tg.ReasonProvisioningFailed, "Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
 	}
 	replaces := ""
 	if inst != nil {
@@ -76,8 +77,8 @@ func renewAt(inst *tg.ProviderInstance) time.Time {
 // UID as Idempotency-Key, or the one that replaces instance replaces, under a key derived from both,
 // so that a repeat after a crash gets the same instance and credential back. It keeps the
 // credential in a Secret the object owns and records the instance in the status; the instance it
-// replaces joins status.replacedInstances. Its error is an *unusable.
-func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, replaces string) error {
+// replaces joins status.replacedInstances. Its error is a *providers.Unusable.
+func (r *ProviderReconciler) newInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, replaces string) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
 		return err
@@ -98,22 +99,22 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 	}
 	if holder, err := r.instanceHolder(ctx, obj, got.Instance.ID); err != nil || holder != "" {
 		if err != nil {
-			return unusablef(tg.ReasonProvisioningFailed, "The instance the provider issued could not be checked against the other provider objects: %v.", err)
+			return providers.Unusablef(tg.ReasonProvisioningFailed, "The instance the provider issued could not be checked against the other provider objects: %v.", err)
 		}
-		return unusablef(tg.ReasonProvisioningFailed, "The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
+		return providers.Unusablef(tg.ReasonProvisioningFailed, "The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
 			"(the requests and notifications of one would be taken for the other's), so it was not recorded. Point spec.url at a provisioner that issues this object an instance of its own.",
 			got.Instance.ID, holder)
 	}
-	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: provisionedSecretName(obj, replaces)}
+	secret := types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: providers.ProvisionedSecretName(obj, replaces)}
 	owned := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{consentLabel(k): obj.GetName()}},
-		Data:       map[string][]byte{provisionedKey: []byte(got.Credential.Token)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{providers.ConsentLabel(k): obj.GetName()}},
+		Data:       map[string][]byte{providers.ProvisionedKey: []byte(got.Credential.Token)},
 	}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
-		return &unusable{reason: tg.ReasonProvisioningFailed, message: err.Error()}
+		return &providers.Unusable{Reason: tg.ReasonProvisioningFailed, Message: err.Error()}
 	}
 	if err := r.Create(ctx, owned); err != nil && !apierrors.IsAlreadyExists(err) {
-		return unusablef(tg.ReasonProvisioningFailed, "Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
+		return providers.Unusablef(tg.ReasonProvisioningFailed, "Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
 	}
 	st := obj.GetStatus()
 	if cur := st.Instance; cur != nil && cur.ID == got.Instance.ID {
@@ -135,7 +136,7 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providerKey, obj
 // whose credential expired (its requests can no longer be read: deleting it cancels them, so that
 // no approver decides what nobody waits for), and forgets it. It returns how soon to look again
 // while some are kept, 0 when none is.
-func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providerKey, obj tg.GenericProvider) (time.Duration, error) {
+func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providers.Key, obj tg.GenericProvider) (time.Duration, error) {
 	st := obj.GetStatus()
 	if len(st.ReplacedInstances) == 0 {
 		return 0, nil
@@ -152,7 +153,7 @@ func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providerKey, 
 	for _, old := range st.ReplacedInstances {
 		expired := old.CredentialExpiresAt != nil && !r.Clock.Now().Before(old.CredentialExpiresAt.Time)
 		if !expired {
-			busy, err := r.providers.inUseBy(ctx, k, old.ID)
+			busy, err := r.providers.InUseBy(ctx, k, old.ID)
 			if err != nil {
 				return 0, err
 			}
@@ -171,7 +172,7 @@ func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providerKey, 
 			next = minPositive(next, reprobeNotReady)
 			continue
 		}
-		r.providers.drop(clientKey{k, old.ID})
+		r.providers.Drop(k, old.ID)
 	}
 	st.ReplacedInstances = keep
 	return next, nil
@@ -187,7 +188,7 @@ func minPositive(a, b time.Duration) time.Duration {
 
 // deleteInstance deletes instance id of the object at the provider, with the provisioner token:
 // its credential is revoked and its pending requests cancelled.
-func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providerKey, obj tg.GenericProvider, id string) error {
+func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, id string) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
 		return fmt.Errorf("deleting instance %s of %s: %w", id, k, err)
@@ -204,22 +205,22 @@ func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providerKey, 
 func provisionFailed(err error) error {
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeUnauthenticated:
-		return unusablef(tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef.")
+		return providers.Unusablef(tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef.")
 	case provider.CodeForbidden:
-		return unusablef(tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token.")
+		return providers.Unusablef(tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token.")
 	case provider.CodeInstanceDeleted:
-		return unusablef(tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew.")
+		return providers.Unusablef(tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew.")
 	default:
-		return unusablef(tg.ReasonProvisioningFailed, "The provider could not create the instance (provider error %s).", code)
+		return providers.Unusablef(tg.ReasonProvisioningFailed, "The provider could not create the instance (provider error %s).", code)
 	}
 }
 
 // provisioner is the client that manages the object's instance, with the provisioner token as its
-// credential; its error is an *unusable.
-func (r *ProviderReconciler) provisioner(ctx context.Context, k providerKey, obj tg.GenericProvider) (*provider.HTTPClient, error) {
+// credential; its error is a *providers.Unusable.
+func (r *ProviderReconciler) provisioner(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*provider.HTTPClient, error) {
 	ref := obj.GetSpec().Provisioning.ProvisionerTokenSecretRef
-	secret := types.NamespacedName{Namespace: r.providers.namespaceOf(k), Name: ref.Name}
-	return r.providers.newClient(ctx, k, obj, secret, keyOr(ref.Key, "token"))
+	secret := types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: ref.Name}
+	return r.providers.NewClient(ctx, k, obj, secret, providers.KeyOr(ref.Key, "token"))
 }
 
 // addFinalizer adds finalizer to obj unless it has it.
@@ -248,14 +249,14 @@ const (
 // while the provider cannot be reached, since an instance left behind would leave its requests
 // pending for approvers nobody waits for. One with an issued credential stays until the calls
 // accepted with it ended, which go on waiting for their decisions (and cancelling) through it.
-func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.GenericProvider) (ctrl.Result, error) {
+func (r *ProviderReconciler) retire(ctx context.Context, k providers.Key, obj tg.GenericProvider) (ctrl.Result, error) {
 	if controllerutil.ContainsFinalizer(obj, tg.FinalizerInUse) {
 		// A call accepted just before the deletion may not be in the cache yet: the object waits at
 		// least inUseSettle after the deletion began before it counts its calls.
 		if wait := inUseSettle - r.Clock.Since(obj.GetDeletionTimestamp().Time); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-		busy, err := r.providers.inUse(ctx, k)
+		busy, err := r.providers.InUse(ctx, k)
 		if err != nil || busy {
 			return ctrl.Result{RequeueAfter: inUseRecheck}, err
 		}
@@ -277,7 +278,7 @@ func (r *ProviderReconciler) retire(ctx context.Context, k providerKey, obj tg.G
 }
 
 // removeFinalizer removes finalizer from obj.
-func (r *ProviderReconciler) removeFinalizer(ctx context.Context, k providerKey, obj tg.GenericProvider, finalizer string) error {
+func (r *ProviderReconciler) removeFinalizer(ctx context.Context, k providers.Key, obj tg.GenericProvider, finalizer string) error {
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(obj, finalizer)
 	if err := r.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {

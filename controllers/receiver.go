@@ -19,6 +19,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -41,7 +42,7 @@ type Receiver struct {
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Log       logr.Logger
-	providers *providers
+	providers *providers.Registry
 	// handOver queues a call to read its request, and leaves the record of its notification to
 	// that read's status write (ToolCallReconciler.handOver).
 	handOver func(*tg.ToolCall, tg.Notification) (recorded <-chan struct{}, release func())
@@ -187,7 +188,7 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	if len(claims) == 0 {
 		return answer{status: http.StatusUnauthorized, outcome: "unauthenticated", err: fmt.Errorf("no registration of instance %s", m.InstanceID)}
 	}
-	var k providerKey
+	var k providers.Key
 	var verr error = fmt.Errorf("%w: no registration of instance %s verifies it", aapwebhook.ErrUnauthenticated, m.InstanceID)
 	for _, c := range claims {
 		for _, reg := range rc.registrationsOf(c.obj, m.InstanceID) {
@@ -261,8 +262,8 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 }
 
 // check verifies message m with the signing secret of registration reg.
-func (rc *Receiver) check(ctx context.Context, k providerKey, obj tg.GenericProvider, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
-	name := types.NamespacedName{Namespace: rc.providers.namespaceOf(k), Name: reg.SecretName}
+func (rc *Receiver) check(ctx context.Context, k providers.Key, obj tg.GenericProvider, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
+	name := types.NamespacedName{Namespace: rc.providers.NamespaceOf(k), Name: reg.SecretName}
 	now := rc.Clock.Now()
 	known, ok, reread := rc.secrets.get(name, now)
 	if ok {
@@ -272,7 +273,7 @@ func (rc *Receiver) check(ctx context.Context, k providerKey, obj tg.GenericProv
 			return err
 		}
 	}
-	secret, err := rc.providers.secretValue(ctx, k, obj.GetUID(), name, signingSecretKey)
+	secret, err := rc.providers.SecretValue(ctx, k, obj.GetUID(), name, signingSecretKey)
 	if err != nil {
 		return fmt.Errorf("%w: the signing secret of registration %s: %v", errUnavailable, reg.RegistrationID, err)
 	}
@@ -307,7 +308,7 @@ func outcomeOf(err error) string {
 // instance of provider k. One whose request id the status does not show yet (the notification came
 // before the status write of its submission) is found through the request itself: its context names
 // the ToolCall.
-func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Message) (*tg.ToolCall, error) {
+func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Message) (*tg.ToolCall, error) {
 	calls := &tg.ToolCallList{}
 	if err := rc.Cache.List(ctx, calls, client.MatchingFields{requestIDField: m.RequestID}); err != nil {
 		return nil, err
@@ -317,7 +318,7 @@ func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Mess
 			return tc, nil
 		}
 	}
-	c, _, err := rc.providers.client(ctx, k, false, m.InstanceID)
+	c, _, err := rc.providers.Client(ctx, k, false, m.InstanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +357,7 @@ func (rc *Receiver) callOf(ctx context.Context, k providerKey, m aapwebhook.Mess
 }
 
 // submittedTo reports whether tc's request was submitted to instance of provider k.
-func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providerKey, instance string) bool {
-	got, err := acceptedProvider(tc)
+func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providers.Key, instance string) bool {
+	got, err := providers.Accepted(tc)
 	return err == nil && got == k && tc.Annotations[tg.AnnotationProviderInstance] == instance
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -43,9 +44,9 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 		},
 	})
 	clock := clocktesting.NewFakePassiveClock(now)
-	rc := &Receiver{Clock: clock, providers: newProviders(nil, live, nil, "", provider.Options{})}
+	rc := &Receiver{Clock: clock, providers: providers.New(nil, live, nil, "", provider.Options{})}
 	obj := &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team", UID: "6a1f0c2e"}}
-	k := providerKey{kind: tg.KindApprovalProvider, namespace: "team", name: "team"}
+	k := providers.Key{Kind: tg.KindApprovalProvider, Namespace: "team", Name: "team"}
 	reg := &tg.WebhookRegistration{RegistrationID: uuid.NewString(), SecretName: "team-signing"}
 	check := func(signedWith string) error {
 		t.Helper()

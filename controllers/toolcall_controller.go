@@ -29,6 +29,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 	"toolgate.dev/toolgate/internal/waiter"
 )
@@ -41,7 +42,7 @@ type ToolCallReconciler struct {
 	Recorder  events.EventRecorder
 	// CallTimeout bounds each provider call a reconcile makes.
 	CallTimeout time.Duration
-	providers   *providers
+	providers   *providers.Registry
 	Waiter      *waiter.Waiter
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads

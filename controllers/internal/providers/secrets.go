@@ -1,4 +1,4 @@
-package controllers
+package providers
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 
 // The Secrets of provider objects: read live, and only those that consent to serve the object.
 
-// consentLabel is the label by which a Secret consents to serve provider objects of k's kind.
-func consentLabel(k providerKey) string {
-	if k.kind == tg.KindClusterApprovalProvider {
+// ConsentLabel is the label by which a Secret consents to serve provider objects of k's kind.
+func ConsentLabel(k Key) string {
+	if k.Kind == tg.KindClusterApprovalProvider {
 		return tg.LabelClusterProvider
 	}
 	return tg.LabelProvider
@@ -24,12 +24,12 @@ func consentLabel(k providerKey) string {
 
 // consents reports whether Secret s serves provider object k, whose UID is uid: it carries k's
 // consent label naming k, or k owns it.
-func consents(s *corev1.Secret, k providerKey, uid types.UID) bool {
-	if s.Labels[consentLabel(k)] == k.name {
+func consents(s *corev1.Secret, k Key, uid types.UID) bool {
+	if s.Labels[ConsentLabel(k)] == k.Name {
 		return true
 	}
 	for _, o := range s.OwnerReferences {
-		if uid != "" && o.UID == uid && o.Kind == k.kind {
+		if uid != "" && o.UID == uid && o.Kind == k.Kind {
 			return true
 		}
 	}
@@ -40,7 +40,7 @@ func consents(s *corev1.Secret, k providerKey, uid types.UID) bool {
 // so that the manager holds none of them in memory and needs only get on them. A Secret that does not
 // consent to serve k is answered as one that does not exist, with the same words: whoever writes
 // provider objects learns nothing of the Secrets they cannot read.
-func (p *providers) consentedSecret(ctx context.Context, k providerKey, uid types.UID, name types.NamespacedName, what, key string) (*corev1.Secret, error) {
+func (p *Registry) consentedSecret(ctx context.Context, k Key, uid types.UID, name types.NamespacedName, what, key string) (*corev1.Secret, error) {
 	s := &corev1.Secret{}
 	err := p.live.Get(ctx, name, s)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -48,13 +48,13 @@ func (p *providers) consentedSecret(ctx context.Context, k providerKey, uid type
 	}
 	if err != nil || !consents(s, k, uid) {
 		return nil, fmt.Errorf("no Secret %s serves %s: create it with %s under key %q and the label %s=%s, by which a Secret consents to serve this object",
-			name, k, what, key, consentLabel(k), k.name)
+			name, k, what, key, ConsentLabel(k), k.Name)
 	}
 	return s, nil
 }
 
-// secretValue reads one key of a Secret that consents to serve provider object k (UID uid).
-func (p *providers) secretValue(ctx context.Context, k providerKey, uid types.UID, name types.NamespacedName, key string) (string, error) {
+// SecretValue reads one key of a Secret that consents to serve provider object k (UID uid).
+func (p *Registry) SecretValue(ctx context.Context, k Key, uid types.UID, name types.NamespacedName, key string) (string, error) {
 	s, err := p.consentedSecret(ctx, k, uid, name, "the credential", key)
 	if err != nil {
 		return "", err
@@ -67,9 +67,9 @@ func (p *providers) secretValue(ctx context.Context, k providerKey, uid types.UI
 }
 
 // caBundle reads the PEM bundle a caBundleRef names.
-func (p *providers) caBundle(ctx context.Context, k providerKey, uid types.UID, ref *tg.CABundleRef) ([]byte, error) {
-	key := keyOr(ref.Key, "ca.crt")
-	name := types.NamespacedName{Namespace: p.namespaceOf(k), Name: ref.Name}
+func (p *Registry) caBundle(ctx context.Context, k Key, uid types.UID, ref *tg.CABundleRef) ([]byte, error) {
+	key := KeyOr(ref.Key, "ca.crt")
+	name := types.NamespacedName{Namespace: p.NamespaceOf(k), Name: ref.Name}
 	if ref.Kind == "ConfigMap" {
 		cm := &corev1.ConfigMap{}
 		if err := p.live.Get(ctx, name, cm); err != nil {
