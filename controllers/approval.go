@@ -38,7 +38,7 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 		r.emit(tc, nil, lifecycle.RuleApprovalNotVerified, tc.Status.Decision.Rule)
 		tc.Status.Decision = nil
 	}
-	var adm *admitted
+	var adm *acceptedCall
 	var rej *lifecycle.Status
 	var err error
 	if accepted {
@@ -47,7 +47,7 @@ func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result
 		// written it.
 		adm, rej, err = r.checkAcceptance(ctx, tc)
 	} else {
-		adm, rej, err = r.admit(ctx, tc)
+		adm, rej, err = r.accept(ctx, tc)
 		sc.recorded()
 	}
 	if err != nil {

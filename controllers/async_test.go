@@ -218,8 +218,8 @@ func TestNotifiedCallIsRecordedWithTheDecision(t *testing.T) {
 	g.Expect(alone.Load()).To(BeZero(), "no status write of the notification alone")
 }
 
-// When the read a notification woke does not record it within recordWait (here its status write
-// hangs; recordWait, 3 s), the receiver writes the record itself and answers the provider, which
+// When the read a notification woke does not record it within receiver.RecordWait (here its status write
+// hangs; RecordWait, 3 s), the receiver writes the record itself and answers the provider, which
 // does not retry.
 func TestReceiverRecordsTheNotificationWhenTheReadIsLate(t *testing.T) {
 	release := make(chan struct{})

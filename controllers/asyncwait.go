@@ -107,12 +107,6 @@ func (a *asyncReads) forget(uid types.UID) {
 // that record queues the call.
 const notifiedBuffer = 1024
 
-// recordWait is how long the receiver leaves the record of a notification to the read it wakes. That
-// read's status write (the decision, or the request still pending) carries the record, so that a
-// decision costs one status write instead of two, and none before its Job; past recordWait the
-// receiver writes the record itself. It stays well under the 10 s a provider gives one delivery attempt.
-const recordWait = 3 * time.Second
-
 // wake queues tc, a call whose notification the receiver is recording, to read its request now,
 // without waiting for the watch to show the record. The event carries tc's key alone.
 func (r *ToolCallReconciler) wake(tc *tg.ToolCall) {
@@ -232,20 +226,20 @@ func (r *ToolCallReconciler) awaitNotification(ctx context.Context, sc *scope, r
 
 // deliveryChanged lets through a provider object whose active delivery registration changed: its
 // waiting calls switch between long polls and notifications.
-type deliveryChanged struct{ predicate.Funcs }
-
-func (deliveryChanged) Create(event.CreateEvent) bool   { return false }
-func (deliveryChanged) Delete(event.DeleteEvent) bool   { return false }
-func (deliveryChanged) Generic(event.GenericEvent) bool { return false }
-func (deliveryChanged) Update(e event.UpdateEvent) bool {
-	was, is := e.ObjectOld.(tg.GenericProvider).GetStatus().Delivery, e.ObjectNew.(tg.GenericProvider).GetStatus().Delivery
-	active := func(d *tg.DeliveryStatus) string {
+func deliveryChanged() predicate.Funcs {
+	active := func(o client.Object) string {
+		d := o.(tg.GenericProvider).GetStatus().Delivery
 		if d == nil || d.Active == nil {
 			return ""
 		}
 		return d.Active.RegistrationID + "/" + d.Active.InstanceID
 	}
-	return active(was) != active(is)
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return active(e.ObjectOld) != active(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // waitingCallsOf maps a provider object to its calls that have not ended.

@@ -10,6 +10,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/mergepatch"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -80,7 +81,7 @@ func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCal
 		return nil
 	}
 	controllerutil.RemoveFinalizer(tc, tg.Finalizer)
-	patch, err := finalizersPatch(tc)
+	patch, err := mergepatch.Finalizers(tc)
 	if err != nil {
 		return err
 	}

@@ -21,14 +21,6 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// signingSecretKey is the key of the signing secret in a registration's Secret.
-const signingSecretKey = "signingSecret"
-
-// previousGrace is how long after a replacement the registration it replaced still verifies
-// notifications for the same instance: attempts already in flight when the provider committed the
-// new one may arrive signed with the old secret.
-const previousGrace = 10 * time.Minute
-
 // registerDelivery makes the provider deliver the current instance's notifications to
 // spec.delivery (asynchronous mode), or stop delivering once spec.delivery is gone. A new
 // registration (a new instance, receiver URL or rotation) is first proposed: its id and signing
@@ -66,7 +58,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providers.K
 	d := st.Delivery
 	if a := d.Active; a != nil && matches(a, want, inst.ID) {
 		d.Proposed = nil
-		if p := d.Previous; p != nil && p.InstanceID == inst.ID && a.Since != nil && r.Clock.Since(a.Since.Time) > previousGrace {
+		if p := d.Previous; p != nil && p.InstanceID == inst.ID && a.Since != nil && r.Clock.Since(a.Since.Time) > providers.PreviousGrace {
 			d.Previous = nil
 		}
 		return cond(metav1.ConditionTrue, tg.ReasonRegistered, "The provider delivers the notifications of instance %s to %s.", inst.ID, a.ReceiverURL), 0
@@ -91,7 +83,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providers.K
 		return cond(metav1.ConditionFalse, tg.ReasonRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
 	}
 	p := d.Proposed
-	secret, err := r.providers.SecretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: p.SecretName}, signingSecretKey)
+	secret, err := r.providers.SecretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: p.SecretName}, providers.SigningSecretKey)
 	if err != nil {
 		return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The signing secret of registration %s cannot be read: %v.", p.RegistrationID, err), reprobeNotReady
 	}
@@ -134,7 +126,7 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providers.Key, obj t
 	owned := &corev1.Secret{}
 	owned.Namespace, owned.Name = r.providers.NamespaceOf(k), name
 	owned.Labels = map[string]string{providers.ConsentLabel(k): obj.GetName()}
-	owned.Data = map[string][]byte{signingSecretKey: []byte(secret)}
+	owned.Data = map[string][]byte{providers.SigningSecretKey: []byte(secret)}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
 		return nil, err
 	}
@@ -177,35 +169,4 @@ func setDeliveryCondition(st *tg.ApprovalProviderStatus, c *metav1.Condition) {
 		return
 	}
 	meta.SetStatusCondition(&st.Conditions, *c)
-}
-
-// claim is a provider object found by one of its registrations or instances.
-type claim struct {
-	k   providers.Key
-	obj tg.GenericProvider
-}
-
-// providersBy finds, in c, the provider objects of both kinds whose status holds value under index
-// field (registrationField, instanceField). Provisioning refuses an instance another object holds,
-// but a status can be written by others: the receiver tries every object that claims a value, and
-// only a message one of them verifies counts.
-func providersBy(ctx context.Context, c client.Reader, field, value string) ([]claim, error) {
-	var out []claim
-	aps := &tg.ApprovalProviderList{}
-	if err := c.List(ctx, aps, client.MatchingFields{field: value}); err != nil {
-		return nil, err
-	}
-	for i := range aps.Items {
-		ap := &aps.Items[i]
-		out = append(out, claim{providers.Key{Kind: tg.KindApprovalProvider, Namespace: ap.Namespace, Name: ap.Name}, ap})
-	}
-	caps := &tg.ClusterApprovalProviderList{}
-	if err := c.List(ctx, caps, client.MatchingFields{field: value}); err != nil {
-		return nil, err
-	}
-	for i := range caps.Items {
-		cap := &caps.Items[i]
-		out = append(out, claim{providers.Key{Kind: tg.KindClusterApprovalProvider, Name: cap.Name}, cap})
-	}
-	return out, nil
 }

@@ -23,6 +23,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
+	"toolgate.dev/toolgate/controllers/receiver"
 	"toolgate.dev/toolgate/controllers/tool"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
@@ -181,6 +182,9 @@ var toolCallUIDExists = func() labels.Requirement {
 	return *r
 }()
 
+// ReceiverPath is where the AAP webhook receiver takes providers' messages.
+const ReceiverPath = receiver.Path
+
 // Setup adds Toolgate's controllers to mgr (built with ManagerOptions): the ToolCall controller with
 // its long-poll Waiter, the Tool controller, and the health probes.
 func Setup(mgr ctrl.Manager, o Options) error {
@@ -227,10 +231,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 	}
 	if receiverOn {
-		rc := &Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
-			Log: mgr.GetLogger().WithName("receiver"), providers: provs, handOver: r.handOver}
-		srv := &receiverServer{addr: o.ReceiverBindAddress, certDir: o.ReceiverCertDir, handler: rc, log: rc.Log, synced: mgr.GetCache().WaitForCacheSync}
-		if err := mgr.Add(srv); err != nil {
+		rc := &receiver.Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+			Log: mgr.GetLogger().WithName("receiver"), Providers: provs, HandOver: r.handOver}
+		if err := mgr.Add(receiver.NewServer(o.ReceiverBindAddress, o.ReceiverCertDir, rc, rc.Log, mgr.GetCache().WaitForCacheSync)); err != nil {
 			return err
 		}
 	}

@@ -79,10 +79,3 @@ func resourceOf(req *http.Request) string {
 	}
 	return info.Resource
 }
-
-var receiverMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "toolgate_webhook_messages_total",
-	Help: "AAP webhook messages the receiver answered, by type (verification, notification, unknown) and outcome (accepted, duplicate, discarded, malformed, unauthenticated, unknown_registration, too_large, unavailable).",
-}, []string{"type", "outcome"})
-
-func init() { metrics.Registry.MustRegister(receiverMessages) }

@@ -16,8 +16,8 @@ import (
 // policy, or put to a human. Their answer depends only on the Tool's generation (bound at acceptance)
 // and the ToolCall's immutable spec, so evaluating them again after a crash gives the same answer.
 
-// admitted is an accepted ToolCall's Tool and what its approval rules decided.
-type admitted struct {
+// acceptedCall is an accepted ToolCall's Tool and what its approval rules decided.
+type acceptedCall struct {
 	tool    *tg.Tool
 	verdict policy.Result
 }
@@ -25,7 +25,7 @@ type admitted struct {
 // applyRules compiles (once per Tool generation) and runs the Tool's approval rules on the call. A
 // Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
 // Approve or Require.
-func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitted, *lifecycle.Status) {
+func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*acceptedCall, *lifecycle.Status) {
 	rules, err := r.tools.Rules(tool)
 	if err != nil {
 		return nil, lifecycle.RulesInvalid.Status(tool.Name, err)
@@ -34,7 +34,7 @@ func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*admitt
 	if verdict.Action == tg.ActionDeny {
 		return nil, policyDenial(tc, tool, verdict.Rule)
 	}
-	return &admitted{tool: tool, verdict: verdict}, nil
+	return &acceptedCall{tool: tool, verdict: verdict}, nil
 }
 
 // evaluateRules runs the Tool's rules on the call. A rule that cannot be evaluated puts the call to a
@@ -86,7 +86,7 @@ func recordPolicyApproval(tc *tg.ToolCall, rule string, w Window, approvalTimeou
 
 // approveByPolicy records an Approve rule's decision and starts the Job, with every check a human's
 // approval gets immediately before it.
-func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, sc *scope, adm *admitted) (ctrl.Result, error) {
+func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, sc *scope, adm *acceptedCall) (ctrl.Result, error) {
 	acc, err := sc.accepted()
 	if err != nil {
 		return ctrl.Result{}, err

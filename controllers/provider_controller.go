@@ -117,7 +117,9 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		Type: tg.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration(),
 	})
 	if !equality.Semantic.DeepEqual(orig, st) {
-		if err := r.Status().Update(ctx, obj); err != nil {
+		base := obj.DeepCopyObject().(tg.GenericProvider)
+		*base.GetStatus() = *orig
+		if err := r.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("writing the status of %s: %w", k, err)
 		}
 	}
@@ -184,10 +186,10 @@ func (r *ProviderReconciler) check(ctx context.Context, k providers.Key, obj tg.
 func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// A new generation, or the deletion (which sets the deletion timestamp and bumps the generation).
-		For(providers.NewObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting{}))).
+		For(providers.NewObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting()))).
 		// A call that ended may have been the last one holding a replaced instance, or a deleted
 		// provider object, back.
-		Watches(&tg.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.heldBy), builder.WithPredicates(callEnded{})).
+		Watches(&tg.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.heldBy), builder.WithPredicates(callEnded())).
 		Named(map[string]string{tg.KindApprovalProvider: "approvalprovider", tg.KindClusterApprovalProvider: "clusterapprovalprovider"}[r.kind]).
 		Complete(r)
 }
@@ -211,12 +213,14 @@ func (r *ProviderReconciler) heldBy(ctx context.Context, o client.Object) []reco
 }
 
 // callEnded lets through the update that ends a call.
-type callEnded struct{ predicate.Funcs }
-
-func (callEnded) Create(event.CreateEvent) bool   { return false }
-func (callEnded) Delete(event.DeleteEvent) bool   { return false }
-func (callEnded) Generic(event.GenericEvent) bool { return false }
-func (callEnded) Update(e event.UpdateEvent) bool {
-	was, is := e.ObjectOld.(*tg.ToolCall), e.ObjectNew.(*tg.ToolCall)
-	return !was.Status.Phase.IsTerminal() && is.Status.Phase.IsTerminal()
+func callEnded() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			was, is := e.ObjectOld.(*tg.ToolCall), e.ObjectNew.(*tg.ToolCall)
+			return !was.Status.Phase.IsTerminal() && is.Status.Phase.IsTerminal()
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }

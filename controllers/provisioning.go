@@ -10,13 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/mergepatch"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -228,9 +228,13 @@ func (r *ProviderReconciler) addFinalizer(ctx context.Context, obj tg.GenericPro
 	if controllerutil.ContainsFinalizer(obj, finalizer) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(obj, finalizer)
-	if err := r.Patch(ctx, obj, patch); err != nil {
+	patch, err := mergepatch.Finalizers(obj)
+	if err == nil {
+		err = r.Patch(ctx, obj, patch)
+	}
+	if err != nil {
+		controllerutil.RemoveFinalizer(obj, finalizer)
 		return fmt.Errorf("adding the finalizer %s: %w", finalizer, err)
 	}
 	return nil
@@ -279,31 +283,35 @@ func (r *ProviderReconciler) retire(ctx context.Context, k providers.Key, obj tg
 
 // removeFinalizer removes finalizer from obj.
 func (r *ProviderReconciler) removeFinalizer(ctx context.Context, k providers.Key, obj tg.GenericProvider, finalizer string) error {
-	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(obj, finalizer)
-	if err := r.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
+	patch, err := mergepatch.Finalizers(obj)
+	if err == nil {
+		err = r.Patch(ctx, obj, patch)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the finalizer %s of %s: %w", finalizer, k, err)
 	}
 	return nil
 }
 
 // deleting lets through the update that marks an object deleted.
-type deleting struct{ predicate.Funcs }
-
-func (deleting) Update(e event.UpdateEvent) bool {
-	return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+// Creations, deletions and generic events pass.
+func deleting() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
 }
 
 // instanceHolder names the provider object other than obj that holds instance id (as its instance, a
 // replaced one, or in a delivery registration), "" when none does.
 func (r *ProviderReconciler) instanceHolder(ctx context.Context, obj tg.GenericProvider, id string) (string, error) {
-	claims, err := providersBy(ctx, r.Client, instanceField, id)
+	claims, err := providers.By(ctx, r.Client, providers.InstanceField, id)
 	if err != nil {
 		return "", err
 	}
 	for _, c := range claims {
-		if c.obj.GetUID() != obj.GetUID() {
-			return c.k.String(), nil
+		if c.Obj.GetUID() != obj.GetUID() {
+			return c.Key.String(), nil
 		}
 	}
 	return "", nil

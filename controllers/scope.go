@@ -32,7 +32,7 @@ func (s *scope) accepted() (lifecycle.Acceptance, error) {
 	return s.acceptance, s.unreadable
 }
 
-// recorded says that admission has just written the acceptance record: the next step reads it.
+// recorded says that acceptance has just written the acceptance record: the next step reads it.
 func (s *scope) recorded() { s.read = false }
 
 // ref names the call's request at the provider: the id the status records now, and the tool and

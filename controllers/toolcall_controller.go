@@ -29,6 +29,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/mergepatch"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 	"toolgate.dev/toolgate/internal/waiter"
@@ -88,8 +89,8 @@ type ToolCallReconciler struct {
 //
 //	saved phase       step (file)                                    next phases
 //	"", Pending       submit (approval.go):
-//	                  - admit a new call, or checkAcceptance of an    Rejected (an accepted call whose Job
-//	                    accepted one (admission.go)                   exists: Running)
+//	                  - accept a new call, or checkAcceptance of an   Rejected (an accepted call whose Job
+//	                    accepted one (acceptance.go)                  exists: Running)
 //	                  - an Approve rule: approveByPolicy (policy.go)  Pending (PolicyApproved), then startJob
 //	                  - awaitProvider while the accepted provider     Pending (ProviderNotReady),
 //	                    is missing or not Ready (approval.go)         ApprovalUnavailable (WaitingLimitReached)
@@ -187,7 +188,7 @@ func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolC
 	if equality.Semantic.DeepEqual(orig.Status, tc.Status) {
 		return nil
 	}
-	if err := r.Status().Patch(ctx, tc, statusMergeFrom(orig.Status)); err != nil {
+	if err := r.Status().Patch(ctx, tc, mergepatch.Status(orig.Status)); err != nil {
 		return fmt.Errorf("writing the status (phase %s): %w", tc.Status.Phase, err)
 	}
 	return nil
@@ -266,8 +267,8 @@ func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
 		// polls and notifications.
-		Watches(&tg.ApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindApprovalProvider)), builder.WithPredicates(deliveryChanged{})).
-		Watches(&tg.ClusterApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindClusterApprovalProvider)), builder.WithPredicates(deliveryChanged{})).
+		Watches(&tg.ApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindApprovalProvider)), builder.WithPredicates(deliveryChanged())).
+		Watches(&tg.ClusterApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindClusterApprovalProvider)), builder.WithPredicates(deliveryChanged())).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, 30*time.Second),

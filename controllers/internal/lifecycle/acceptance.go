@@ -15,10 +15,10 @@ type Acceptance struct {
 	Submission provider.Submission
 }
 
-// ReadAcceptance reads the acceptance record admission wrote on tc (its annotations). It fails when
+// ReadAcceptance reads the acceptance record the manager wrote on tc (its annotations). It fails when
 // the record lacks the execution or approval timeout, or holds a Tool generation that is not a number:
 // the call was not accepted yet, or not by this controller. It checks no more than that: whether the
-// record holds values admission could have written is the acceptance check's question.
+// record holds values acceptance could have written is the acceptance check's question.
 func ReadAcceptance(tc *tg.ToolCall) (Acceptance, error) {
 	exec, err := AcceptedDuration(tc, tg.AnnotationExecutionTimeout)
 	if err != nil {
@@ -46,7 +46,7 @@ func ReadAcceptance(tc *tg.ToolCall) (Acceptance, error) {
 }
 
 // AcceptedDuration reads one duration of the acceptance record: the execution or approval timeout
-// admission wrote. Its error says what is wrong with the record, for every reader of it.
+// acceptance wrote. Its error says what is wrong with the record, for every reader of it.
 func AcceptedDuration(tc *tg.ToolCall, key string) (time.Duration, error) {
 	v, ok := tc.Annotations[key]
 	if !ok {

@@ -34,7 +34,7 @@ type Window struct {
 }
 
 // NewWindow is the window of tc when its Tool's execution timeout is executionTimeout: the one
-// admission reads from the Tool, or the one the acceptance record fixed.
+// acceptance reads from the Tool, or the one the acceptance record fixed.
 func NewWindow(tc *tg.ToolCall, executionTimeout time.Duration) Window {
 	return Window{Created: tc.CreationTimestamp.Time, WaitingLimit: tc.Spec.WaitingLimit.Duration, ExecutionTimeout: executionTimeout}
 }

@@ -1,4 +1,6 @@
-package controllers
+// Package receiver is the manager's AAP webhook receiver (asynchronous mode): it answers providers'
+// verification messages and has notifications recorded on the ToolCalls they concern.
+package receiver
 
 import (
 	"context"
@@ -11,28 +13,45 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/mergepatch"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// ReceiverPath is where the receiver takes AAP's webhook messages.
-const ReceiverPath = "/aap/events"
+// Path is where the receiver takes AAP's webhook messages.
+const Path = "/aap/events"
+
+// RecordWait is how long the receiver leaves the record of a notification to the read it wakes. That
+// read records the notification in the status write that applies what it read, so a decision costs
+// one status write instead of two, and none before its Job; past RecordWait the receiver writes the
+// record itself and answers the provider.
+const RecordWait = 3 * time.Second
+
+// messages counts the messages the receiver answered.
+var messages = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "toolgate_webhook_messages_total",
+	Help: "AAP webhook messages the receiver answered, by type (verification, notification, unknown) and outcome (accepted, duplicate, discarded, malformed, unauthenticated, unknown_registration, too_large, unavailable).",
+}, []string{"type", "outcome"})
+
+func init() { metrics.Registry.MustRegister(messages) }
 
 // Receiver is the manager's AAP webhook receiver (asynchronous mode). It answers a provider's
 // verification message for a registration a provider object proposed, and has a request.resolved
 // notification recorded on the ToolCall it concerns before acknowledging it, so that a crash after
 // the answer loses nothing: the ToolCall controller reads the request at once and records the
 // notification in the same status write as what it read, or the receiver writes the record itself
-// when that write does not land within recordWait. A notification never carries a decision: it only
+// when that write does not land within RecordWait. A notification never carries a decision: it only
 // makes the manager read the request.
 type Receiver struct {
 	// Cache reads provider objects and ToolCalls as the controllers see them; Client writes the
@@ -42,10 +61,10 @@ type Receiver struct {
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Log       logr.Logger
-	providers *providers.Registry
-	// handOver queues a call to read its request, and leaves the record of its notification to
-	// that read's status write (ToolCallReconciler.handOver).
-	handOver func(*tg.ToolCall, tg.Notification) (recorded <-chan struct{}, release func())
+	Providers *providers.Registry
+	// HandOver queues a call to read its request, and leaves the record of its notification to
+	// that read's status write (the ToolCall controller's handOver).
+	HandOver func(*tg.ToolCall, tg.Notification) (recorded <-chan struct{}, release func())
 	// secrets are the signing secrets last read, by Secret (signingSecrets).
 	secrets signingSecrets
 }
@@ -99,7 +118,7 @@ type answer struct {
 }
 
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path != ReceiverPath {
+	if req.URL.Path != Path {
 		http.NotFound(w, req)
 		return
 	}
@@ -109,7 +128,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	kind, a := rc.handle(req.Context(), w, req)
-	receiverMessages.WithLabelValues(kind, a.outcome).Inc()
+	messages.WithLabelValues(kind, a.outcome).Inc()
 	if a.err != nil {
 		rc.Log.V(1).Info("webhook message not accepted", "type", kind, "status", a.status, "outcome", a.outcome, "error", a.err.Error())
 	}
@@ -150,18 +169,18 @@ func (rc *Receiver) handle(ctx context.Context, w http.ResponseWriter, req *http
 // verify answers a verification message: only for a registration a provider object proposed, for the
 // instance it proposed it for, signed with its secret.
 func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	claims, err := providersBy(ctx, rc.Cache, registrationField, m.RegistrationID)
+	claims, err := providers.By(ctx, rc.Cache, providers.RegistrationField, m.RegistrationID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
 	var reg *tg.WebhookRegistration
 	var checked error
 	for _, c := range claims {
-		d := c.obj.GetStatus().Delivery
+		d := c.Obj.GetStatus().Delivery
 		if d == nil || d.Proposed == nil || d.Proposed.RegistrationID != m.RegistrationID {
 			continue
 		}
-		if checked = rc.check(ctx, c.k, c.obj, d.Proposed, m, body, h); checked == nil {
+		if checked = rc.check(ctx, c.Key, c.Obj, d.Proposed, m, body, h); checked == nil {
 			reg = d.Proposed
 			break
 		}
@@ -181,7 +200,7 @@ func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byt
 // notify records a notification on the ToolCall whose request it names. A notification for a call
 // that ended, or for a request no call has, is acknowledged and dropped: nothing waits for it.
 func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	claims, err := providersBy(ctx, rc.Cache, instanceField, m.InstanceID)
+	claims, err := providers.By(ctx, rc.Cache, providers.InstanceField, m.InstanceID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
@@ -191,9 +210,9 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	var k providers.Key
 	var verr error = fmt.Errorf("%w: no registration of instance %s verifies it", aapwebhook.ErrUnauthenticated, m.InstanceID)
 	for _, c := range claims {
-		for _, reg := range rc.registrationsOf(c.obj, m.InstanceID) {
-			if verr = rc.check(ctx, c.k, c.obj, reg, m, body, h); verr == nil {
-				k = c.k
+		for _, reg := range rc.registrationsOf(c.Obj, m.InstanceID) {
+			if verr = rc.check(ctx, c.Key, c.Obj, reg, m, body, h); verr == nil {
+				k = c.Key
 				break
 			}
 		}
@@ -214,12 +233,12 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 		return answer{status: http.StatusNoContent, outcome: "duplicate"}
 	}
 	// The read the notification wakes records it in its own status write, with the decision; the
-	// 2xx waits for that write, or for the receiver's own once recordWait passed without it.
+	// 2xx waits for that write, or for the receiver's own once RecordWait passed without it.
 	n := tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
-	recorded, release := rc.handOver(tc, n)
+	recorded, release := rc.HandOver(tc, n)
 	defer release()
 	if recorded != nil {
-		wait := time.NewTimer(recordWait)
+		wait := time.NewTimer(RecordWait)
 		defer wait.Stop()
 		select {
 		case <-recorded:
@@ -229,7 +248,7 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 		case <-wait.C:
 		}
 	}
-	patch := statusMergeFrom(*tc.Status.DeepCopy())
+	patch := mergepatch.Status(*tc.Status.DeepCopy())
 	tc.Status.Notification = &n
 	if err := rc.Client.Status().Patch(ctx, tc, patch); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -253,7 +272,7 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 		out = append(out, a)
 	}
 	if p := d.Previous; p != nil && p.InstanceID == instance {
-		replacedRecently := d.Active != nil && d.Active.Since != nil && rc.Clock.Since(d.Active.Since.Time) <= previousGrace
+		replacedRecently := d.Active != nil && d.Active.Since != nil && rc.Clock.Since(d.Active.Since.Time) <= providers.PreviousGrace
 		if replacedRecently || (d.Active != nil && d.Active.InstanceID != instance) {
 			out = append(out, p)
 		}
@@ -263,7 +282,7 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 
 // check verifies message m with the signing secret of registration reg.
 func (rc *Receiver) check(ctx context.Context, k providers.Key, obj tg.GenericProvider, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
-	name := types.NamespacedName{Namespace: rc.providers.NamespaceOf(k), Name: reg.SecretName}
+	name := types.NamespacedName{Namespace: rc.Providers.NamespaceOf(k), Name: reg.SecretName}
 	now := rc.Clock.Now()
 	known, ok, reread := rc.secrets.get(name, now)
 	if ok {
@@ -273,7 +292,7 @@ func (rc *Receiver) check(ctx context.Context, k providers.Key, obj tg.GenericPr
 			return err
 		}
 	}
-	secret, err := rc.providers.SecretValue(ctx, k, obj.GetUID(), name, signingSecretKey)
+	secret, err := rc.Providers.SecretValue(ctx, k, obj.GetUID(), name, providers.SigningSecretKey)
 	if err != nil {
 		return fmt.Errorf("%w: the signing secret of registration %s: %v", errUnavailable, reg.RegistrationID, err)
 	}
@@ -310,7 +329,7 @@ func outcomeOf(err error) string {
 // the ToolCall.
 func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Message) (*tg.ToolCall, error) {
 	calls := &tg.ToolCallList{}
-	if err := rc.Cache.List(ctx, calls, client.MatchingFields{requestIDField: m.RequestID}); err != nil {
+	if err := rc.Cache.List(ctx, calls, client.MatchingFields{RequestIDField: m.RequestID}); err != nil {
 		return nil, err
 	}
 	for i := range calls.Items {
@@ -318,7 +337,7 @@ func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Me
 			return tc, nil
 		}
 	}
-	c, _, err := rc.providers.Client(ctx, k, false, m.InstanceID)
+	c, _, err := rc.Providers.Client(ctx, k, false, m.InstanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -360,4 +379,16 @@ func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Me
 func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providers.Key, instance string) bool {
 	got, err := providers.Accepted(tc)
 	return err == nil && got == k && tc.Annotations[tg.AnnotationProviderInstance] == instance
+}
+
+// RequestIDField indexes ToolCalls by their request id: how the receiver finds the call a
+// notification is for. The manager registers it with its other indexes when the receiver runs.
+const RequestIDField = "toolgate.dev/request-id"
+
+// IndexToolCallsByRequestID is the indexer of RequestIDField.
+func IndexToolCallsByRequestID(o client.Object) []string {
+	if id := o.(*tg.ToolCall).Status.RequestID; id != "" {
+		return []string{id}
+	}
+	return nil
 }

@@ -1,4 +1,9 @@
-package controllers
+// Package mergepatch writes a ToolCall's status and an object's finalizers as JSON merge patches
+// computed from the part they change. Toolgate's controllers write status and finalizers one way: a
+// merge patch from what was read (this package for ToolCalls, whose writes are the hot path, and
+// client.MergeFrom for the status of Tools and provider objects), and finalizers with Finalizers,
+// under optimistic locking.
+package mergepatch
 
 import (
 	"encoding/json"
@@ -16,10 +21,10 @@ import (
 // to diff them, which at many pending calls is a large share of what the manager allocates per
 // decision (see docs/performance.md).
 
-// statusMergeFrom is client.MergeFrom for a write of a ToolCall's status subresource, which applies
+// Status is client.MergeFrom for a write of a ToolCall's status subresource, which applies
 // the status alone: the merge patch from the status as it was read (from, which the caller does not
 // change afterwards) to the written call's.
-func statusMergeFrom(from tg.ToolCallStatus) client.Patch {
+func Status(from tg.ToolCallStatus) client.Patch {
 	return statusPatch{from: from}
 }
 
@@ -47,9 +52,9 @@ func (p statusPatch) Data(obj client.Object) ([]byte, error) {
 	return json.Marshal(map[string]json.RawMessage{"status": status})
 }
 
-// finalizersPatch is client.MergeFromWithOptimisticLock for a change of obj's finalizers alone: it
+// Finalizers is client.MergeFromWithOptimisticLock for a change of obj's finalizers alone: it
 // sets them as obj has them now, and fails with a conflict if obj was written since it was read.
-func finalizersPatch(obj client.Object) (client.Patch, error) {
+func Finalizers(obj client.Object) (client.Patch, error) {
 	var finalizers []string // null: none left
 	if f := obj.GetFinalizers(); len(f) > 0 {
 		finalizers = f

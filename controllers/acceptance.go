@@ -15,11 +15,11 @@ import (
 	"toolgate.dev/toolgate/controllers/internal/providers"
 )
 
-// admit checks everything that can be checked before asking a human, runs the Tool's approval rules,
+// accept checks everything that can be checked before asking a human, runs the Tool's approval rules,
 // then records acceptance: the finalizer (so no request is ever left behind), the Tool's
 // executionTimeout (so the ToolCall's timing and its request body stay fixed) and the Tool's UID and
 // generation (so that only this version of the Tool runs).
-func (r *ToolCallReconciler) admit(ctx context.Context, tc *tg.ToolCall) (*admitted, *lifecycle.Status, error) {
+func (r *ToolCallReconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -129,15 +129,15 @@ func checkArguments(raw []byte) *lifecycle.Status {
 }
 
 // checkAcceptance checks the acceptance record of a ToolCall that carries the finalizer, before its
-// request is submitted (again). It repeats every check of admit that does not depend on the instant
-// of admission, and requires the annotations to be values admit could have written: the Tool's
+// request is submitted (again). It repeats every check of accept that does not depend on the instant
+// of acceptance, and requires the annotations to be values accept could have written: the Tool's
 // executionTimeout, and an approval timeout that is spec.timeout when set and fits the waiting limit
 // counted from creation. A genuine record passes, so a submission repeated after a crash is still the
 // same POST. The Job dry run is not repeated: it checks the Tool, not the ToolCall, it would add an
 // apiserver request to every repeated submission, and the Job is validated when it is created. The
 // Tool must still be the version the record names; its approval rules then decide again, as they
 // did at acceptance.
-func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*admitted, *lifecycle.Status, error) {
+func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
 	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
 	if rej != nil {
 		return nil, rej, nil

@@ -1,4 +1,4 @@
-package controllers
+package mergepatch
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -47,12 +46,12 @@ func TestStatusPatchIsMergeFromOfTheStatus(t *testing.T) {
 			g := NewWithT(t)
 			written := read.DeepCopy()
 			change(written)
-			g.Expect(patchOf(g, statusMergeFrom(*read.Status.DeepCopy()), written)).
+			g.Expect(patchOf(g, Status(*read.Status.DeepCopy()), written)).
 				To(Equal(patchOf(g, client.MergeFrom(read), written)))
 		})
 	}
 	g := NewWithT(t)
-	_, err := statusMergeFrom(read.Status).Data(&tg.Tool{})
+	_, err := Status(read.Status).Data(&tg.Tool{})
 	g.Expect(err).To(MatchError(ContainSubstring("applied to a *v1alpha1.Tool")))
 }
 
@@ -69,7 +68,7 @@ func TestFinalizersPatchIsMergeFromWithOptimisticLock(t *testing.T) {
 			read.Status.RequestID = "req-1"
 			written := read.DeepCopy()
 			controllerutil.RemoveFinalizer(written, tg.Finalizer)
-			p, err := finalizersPatch(written)
+			p, err := Finalizers(written)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(patchOf(g, p, written)).
 				To(Equal(patchOf(g, client.MergeFromWithOptions(read, client.MergeFromWithOptimisticLock{}), written)))
@@ -77,46 +76,10 @@ func TestFinalizersPatchIsMergeFromWithOptimisticLock(t *testing.T) {
 	}
 }
 
-// countingMapper counts the RESTMapping calls that reach it.
-type countingMapper struct {
-	meta.RESTMapper
-	calls int
-}
-
-func (c *countingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
-	c.calls++
-	return c.RESTMapper.RESTMapping(gk, versions...)
-}
-
-// A found mapping is answered again without asking; a kind not found, and a choice among versions,
-// are asked every time; a caller changing its mapping does not change the next caller's.
-func TestMappingsAreKept(t *testing.T) {
-	g := NewWithT(t)
-	gv := tg.GroupVersion
-	defaults := meta.NewDefaultRESTMapper([]schema.GroupVersion{gv})
-	defaults.Add(gv.WithKind("ToolCall"), meta.RESTScopeNamespace)
-	under := &countingMapper{RESTMapper: defaults}
-	m := &keptMappings{RESTMapper: under}
-	toolCalls := schema.GroupKind{Group: gv.Group, Kind: "ToolCall"}
-
-	first, err := m.RESTMapping(toolCalls, gv.Version)
-	g.Expect(err).NotTo(HaveOccurred())
-	first.Scope = meta.RESTScopeRoot
-	second, err := m.RESTMapping(toolCalls, gv.Version)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(second.Scope.Name()).To(Equal(meta.RESTScopeNameNamespace))
-	g.Expect(second.Resource).To(Equal(gv.WithResource("toolcalls")))
-	g.Expect(under.calls).To(Equal(1))
-
-	for range 2 {
-		_, err = m.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: "Unknown"}, gv.Version)
-		g.Expect(meta.IsNoMatchError(err)).To(BeTrue(), "%v", err)
-	}
-	g.Expect(under.calls).To(Equal(3))
-
-	for range 2 {
-		_, err = m.RESTMapping(toolCalls, gv.Version, "v1")
-		g.Expect(err).NotTo(HaveOccurred())
-	}
-	g.Expect(under.calls).To(Equal(5))
+// setPhase changes what a step's status write changes: the phase, its reason and message, and a
+// condition derived from them.
+func setPhase(tc *tg.ToolCall, phase tg.ToolCallPhase, reason, message string) {
+	tc.Status.Phase, tc.Status.Reason, tc.Status.Message = phase, reason, message
+	meta.SetStatusCondition(&tc.Status.Conditions, metav1.Condition{Type: tg.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))})
 }

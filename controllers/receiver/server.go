@@ -1,4 +1,4 @@
-package controllers
+package receiver
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
-// receiverServer serves the Receiver over HTTPS on its own address, with the certificate and key in
+// Server serves the Receiver over HTTPS on its own address, with the certificate and key in
 // a directory (tls.crt, tls.key) that is read again when they change. It runs on every replica, not
 // only the leader: what it records goes to the apiserver, and the leader's controllers act on it.
 //
@@ -23,7 +23,7 @@ import (
 // headers), while the receiver faces whoever can reach the provider's path to it and bounds how long
 // a sender holds a connection and how much it sends; and it would serve before the cache the
 // receiver reads is filled.
-type receiverServer struct {
+type Server struct {
 	addr, certDir string
 	handler       http.Handler
 	log           logr.Logger
@@ -31,9 +31,15 @@ type receiverServer struct {
 	synced func(context.Context) bool
 }
 
-func (s *receiverServer) NeedLeaderElection() bool { return false }
+// NewServer serves handler on addr with the certificate and key in certDir, once synced reports the
+// manager's cache filled.
+func NewServer(addr, certDir string, handler http.Handler, log logr.Logger, synced func(context.Context) bool) *Server {
+	return &Server{addr: addr, certDir: certDir, handler: handler, log: log, synced: synced}
+}
 
-func (s *receiverServer) Start(ctx context.Context) error {
+func (s *Server) NeedLeaderElection() bool { return false }
+
+func (s *Server) Start(ctx context.Context) error {
 	cw, err := certwatcher.New(filepath.Join(s.certDir, "tls.crt"), filepath.Join(s.certDir, "tls.key"))
 	if err != nil {
 		return fmt.Errorf("the receiver's certificate in %s (tls.crt, tls.key): %w", s.certDir, err)
@@ -66,7 +72,7 @@ func (s *receiverServer) Start(ctx context.Context) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	s.log.Info("serving the AAP webhook receiver", "address", ln.Addr().String(), "path", ReceiverPath)
+	s.log.Info("serving the AAP webhook receiver", "address", ln.Addr().String(), "path", Path)
 	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -1,4 +1,4 @@
-package controllers
+package receiver
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 	const first, second = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_HxwdHhobGBkWFxQVEhMQEQ4PDA0KCwgJBgcEBQIDAAE="
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team-signing", Labels: map[string]string{tg.LabelProvider: "team"}},
-		Data: map[string][]byte{signingSecretKey: []byte(first)}}
+		Data: map[string][]byte{providers.SigningSecretKey: []byte(first)}}
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 		},
 	})
 	clock := clocktesting.NewFakePassiveClock(now)
-	rc := &Receiver{Clock: clock, providers: providers.New(nil, live, nil, "", provider.Options{})}
+	rc := &Receiver{Clock: clock, Providers: providers.New(nil, live, nil, "", provider.Options{})}
 	obj := &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team", UID: "6a1f0c2e"}}
 	k := providers.Key{Kind: tg.KindApprovalProvider, Namespace: "team", Name: "team"}
 	reg := &tg.WebhookRegistration{RegistrationID: uuid.NewString(), SecretName: "team-signing"}
@@ -88,7 +88,7 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 	} {
 		clock.SetTime(clock.Now().Add(step.later))
 		if step.secret != "" {
-			secret.Data[signingSecretKey] = []byte(step.secret)
+			secret.Data[providers.SigningSecretKey] = []byte(step.secret)
 			if err := live.Update(context.Background(), secret); err != nil {
 				t.Fatal(err)
 			}
