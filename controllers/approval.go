@@ -2,9 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -170,7 +167,7 @@ func (r *ToolCallReconciler) submitFailed(ctx context.Context, sc *scope, w Wind
 		return ctrl.Result{}, nil
 	}
 	cause := "provider error " + code
-	if cert := certificateProblem(err); cert != "" {
+	if cert := providers.CertificateProblem(err); cert != "" {
 		cause = "the approvals provider's TLS certificate could not be verified: " + cert + "; check --provider-url, and that --provider-ca-file holds the CA that signed the provider's certificate"
 	}
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
@@ -181,21 +178,6 @@ func (r *ToolCallReconciler) submitFailed(ctx context.Context, sc *scope, w Wind
 	logf.FromContext(ctx).Info("submitting the approval request failed; retrying", "code", code)
 	setStatus(tc, lifecycle.SubmitRetrying.Status(cause))
 	return ctrl.Result{}, err
-}
-
-// certificateProblem returns the certificate verification error behind a failed call, "" when the
-// call did not fail on the provider's TLS certificate. The text is the same on every attempt (an
-// expiry is not quoted with the current time), so a status that quotes it is not rewritten on retries.
-func certificateProblem(err error) string {
-	var verify *tls.CertificateVerificationError
-	if !errors.As(err, &verify) || verify.Err == nil {
-		return ""
-	}
-	var invalid x509.CertificateInvalidError
-	if errors.As(verify.Err, &invalid) && invalid.Reason == x509.Expired {
-		return "x509: certificate has expired or is not yet valid"
-	}
-	return verify.Err.Error()
 }
 
 // awaitDecision applies what the waiter observed, gives up at the poll limit, withdraws the request

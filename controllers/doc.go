@@ -16,8 +16,8 @@
 // It shares with the ToolCall reconciler one cache of what is derived from each Tool generation
 // (controllers/internal/toolcache). toolindex.go is how a call finds its Tool.
 //
-// The provider objects' reconciler (ProviderReconciler, for ApprovalProviders and
-// ClusterApprovalProviders) checks each one's credential and reachability (provider_controller.go),
+// The provider objects' reconciler (package controllers/approvalprovider, for ApprovalProviders and
+// ClusterApprovalProviders) checks each one's credential and reachability (controller.go),
 // provisions its AAP instance (provisioning.go) and registers its webhook receiver (delivery.go). Its
 // steps return a *providers.Unusable error that carries the Ready condition's reason. The registry of
 // provider clients, which Secrets may serve them and why one cannot serve is its own package,

@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/approvalprovider"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 	"toolgate.dev/toolgate/controllers/receiver"
@@ -225,7 +226,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
 	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
-		pr := &ProviderReconciler{Client: mgr.GetClient(), Clock: o.Clock, kind: kind, providers: provs}
+		pr := &approvalprovider.Reconciler{Client: mgr.GetClient(), Clock: o.Clock, Kind: kind, Providers: provs}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", kind, err)
 		}

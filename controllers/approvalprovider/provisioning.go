@@ -1,4 +1,4 @@
-package controllers
+package approvalprovider
 
 import (
 	"context"
@@ -29,12 +29,12 @@ import (
 // thirds of its lifetime have passed (replace). An error, a *providers.Unusable, says why the
 // instance could not be had (the Ready condition's reason and message). renewal, when not empty, says why a
 // replacement failed; the current credential is still valid.
-func (r *ProviderReconciler) provision(ctx context.Context, k providers.Key, obj tg.GenericProvider) (renewal string, err error) {
+func (r *Reconciler) provision(ctx context.Context, k providers.Key, obj tg.GenericProvider) (renewal string, err error) {
 	if err := r.addFinalizer(ctx, obj, tg.FinalizerInstance); err != nil {
 		return "", providers.Unusablef(tg.ReasonProvisioningFailed, "The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
 	}
-	secret, _ := r.providers.CredentialOf(k, obj)
-	err = r.providers.Live().Get(ctx, secret, &corev1.Secret{})
+	secret, _ := r.Providers.CredentialOf(k, obj)
+	err = r.Providers.Live().Get(ctx, secret, &corev1.Secret{})
 	missing := apierrors.IsNotFound(err)
 	inst := obj.GetStatus().Instance
 	switch {
@@ -78,7 +78,7 @@ func renewAt(inst *tg.ProviderInstance) time.Time {
 // so that a repeat after a crash gets the same instance and credential back. It keeps the
 // credential in a Secret the object owns and records the instance in the status; the instance it
 // replaces joins status.replacedInstances. Its error is a *providers.Unusable.
-func (r *ProviderReconciler) newInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, replaces string) error {
+func (r *Reconciler) newInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, replaces string) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
 		return err
@@ -105,7 +105,7 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providers.Key, o
 			"(the requests and notifications of one would be taken for the other's), so it was not recorded. Point spec.url at a provisioner that issues this object an instance of its own.",
 			got.Instance.ID, holder)
 	}
-	secret := types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: providers.ProvisionedSecretName(obj, replaces)}
+	secret := types.NamespacedName{Namespace: r.Providers.NamespaceOf(k), Name: providers.ProvisionedSecretName(obj, replaces)}
 	owned := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name, Labels: map[string]string{providers.ConsentLabel(k): obj.GetName()}},
 		Data:       map[string][]byte{providers.ProvisionedKey: []byte(got.Credential.Token)},
@@ -136,7 +136,7 @@ func (r *ProviderReconciler) newInstance(ctx context.Context, k providers.Key, o
 // whose credential expired (its requests can no longer be read: deleting it cancels them, so that
 // no approver decides what nobody waits for), and forgets it. It returns how soon to look again
 // while some are kept, 0 when none is.
-func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providers.Key, obj tg.GenericProvider) (time.Duration, error) {
+func (r *Reconciler) retireReplaced(ctx context.Context, k providers.Key, obj tg.GenericProvider) (time.Duration, error) {
 	st := obj.GetStatus()
 	if len(st.ReplacedInstances) == 0 {
 		return 0, nil
@@ -153,7 +153,7 @@ func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providers.Key
 	for _, old := range st.ReplacedInstances {
 		expired := old.CredentialExpiresAt != nil && !r.Clock.Now().Before(old.CredentialExpiresAt.Time)
 		if !expired {
-			busy, err := r.providers.InUseBy(ctx, k, old.ID)
+			busy, err := r.Providers.InUseBy(ctx, k, old.ID)
 			if err != nil {
 				return 0, err
 			}
@@ -172,7 +172,7 @@ func (r *ProviderReconciler) retireReplaced(ctx context.Context, k providers.Key
 			next = minPositive(next, reprobeNotReady)
 			continue
 		}
-		r.providers.Drop(k, old.ID)
+		r.Providers.Drop(k, old.ID)
 	}
 	st.ReplacedInstances = keep
 	return next, nil
@@ -188,7 +188,7 @@ func minPositive(a, b time.Duration) time.Duration {
 
 // deleteInstance deletes instance id of the object at the provider, with the provisioner token:
 // its credential is revoked and its pending requests cancelled.
-func (r *ProviderReconciler) deleteInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, id string) error {
+func (r *Reconciler) deleteInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, id string) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
 		return fmt.Errorf("deleting instance %s of %s: %w", id, k, err)
@@ -217,14 +217,14 @@ func provisionFailed(err error) error {
 
 // provisioner is the client that manages the object's instance, with the provisioner token as its
 // credential; its error is a *providers.Unusable.
-func (r *ProviderReconciler) provisioner(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*provider.HTTPClient, error) {
+func (r *Reconciler) provisioner(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*provider.HTTPClient, error) {
 	ref := obj.GetSpec().Provisioning.ProvisionerTokenSecretRef
-	secret := types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: ref.Name}
-	return r.providers.NewClient(ctx, k, obj, secret, providers.KeyOr(ref.Key, "token"))
+	secret := types.NamespacedName{Namespace: r.Providers.NamespaceOf(k), Name: ref.Name}
+	return r.Providers.NewClient(ctx, k, obj, secret, providers.KeyOr(ref.Key, "token"))
 }
 
 // addFinalizer adds finalizer to obj unless it has it.
-func (r *ProviderReconciler) addFinalizer(ctx context.Context, obj tg.GenericProvider, finalizer string) error {
+func (r *Reconciler) addFinalizer(ctx context.Context, obj tg.GenericProvider, finalizer string) error {
 	if controllerutil.ContainsFinalizer(obj, finalizer) {
 		return nil
 	}
@@ -253,14 +253,14 @@ const (
 // while the provider cannot be reached, since an instance left behind would leave its requests
 // pending for approvers nobody waits for. One with an issued credential stays until the calls
 // accepted with it ended, which go on waiting for their decisions (and cancelling) through it.
-func (r *ProviderReconciler) retire(ctx context.Context, k providers.Key, obj tg.GenericProvider) (ctrl.Result, error) {
+func (r *Reconciler) retire(ctx context.Context, k providers.Key, obj tg.GenericProvider) (ctrl.Result, error) {
 	if controllerutil.ContainsFinalizer(obj, tg.FinalizerInUse) {
 		// A call accepted just before the deletion may not be in the cache yet: the object waits at
 		// least inUseSettle after the deletion began before it counts its calls.
 		if wait := inUseSettle - r.Clock.Since(obj.GetDeletionTimestamp().Time); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-		busy, err := r.providers.InUse(ctx, k)
+		busy, err := r.Providers.InUse(ctx, k)
 		if err != nil || busy {
 			return ctrl.Result{RequeueAfter: inUseRecheck}, err
 		}
@@ -282,7 +282,7 @@ func (r *ProviderReconciler) retire(ctx context.Context, k providers.Key, obj tg
 }
 
 // removeFinalizer removes finalizer from obj.
-func (r *ProviderReconciler) removeFinalizer(ctx context.Context, k providers.Key, obj tg.GenericProvider, finalizer string) error {
+func (r *Reconciler) removeFinalizer(ctx context.Context, k providers.Key, obj tg.GenericProvider, finalizer string) error {
 	controllerutil.RemoveFinalizer(obj, finalizer)
 	patch, err := mergepatch.Finalizers(obj)
 	if err == nil {
@@ -304,7 +304,7 @@ func deleting() predicate.Funcs {
 
 // instanceHolder names the provider object other than obj that holds instance id (as its instance, a
 // replaced one, or in a delivery registration), "" when none does.
-func (r *ProviderReconciler) instanceHolder(ctx context.Context, obj tg.GenericProvider, id string) (string, error) {
+func (r *Reconciler) instanceHolder(ctx context.Context, obj tg.GenericProvider, id string) (string, error) {
 	claims, err := providers.By(ctx, r.Client, providers.InstanceField, id)
 	if err != nil {
 		return "", err

@@ -1,4 +1,4 @@
-package controllers
+package approvalprovider
 
 import (
 	"testing"
@@ -33,7 +33,7 @@ func TestRenewAt(t *testing.T) {
 
 func TestProviderRequeue(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	r := &ProviderReconciler{Clock: clocktesting.NewFakePassiveClock(now)}
+	r := &Reconciler{Clock: clocktesting.NewFakePassiveClock(now)}
 	expiring := func(renewIn time.Duration) *tg.ApprovalProvider {
 		return &tg.ApprovalProvider{
 			Spec: tg.ApprovalProviderSpec{Provisioning: &tg.Provisioning{}},

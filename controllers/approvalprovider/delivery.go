@@ -1,4 +1,4 @@
-package controllers
+package approvalprovider
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 // repeat after a crash is the same update). The provider verifies the receiver before it commits.
 // It returns the Delivery condition (nil to remove it) and how soon to look again (0: at the next
 // probe).
-func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*metav1.Condition, time.Duration) {
+func (r *Reconciler) registerDelivery(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*metav1.Condition, time.Duration) {
 	spec, st := obj.GetSpec(), obj.GetStatus()
 	inst := st.Instance
 	cond := func(status metav1.ConditionStatus, reason, format string, args ...any) *metav1.Condition {
@@ -67,7 +67,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providers.K
 		// The cache may not show a proposal written a moment ago: the object is read live before
 		// another registration is drawn.
 		live := providers.NewObject(k.Kind)
-		if err := r.providers.Live().Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		if err := r.Providers.Live().Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
 			return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The provider object could not be read: %s.", apierrors.ReasonForError(err)), reprobeNotReady
 		}
 		if ld := live.GetStatus().Delivery; ld != nil && ld.Proposed != nil && matches(ld.Proposed, want, inst.ID) {
@@ -83,7 +83,7 @@ func (r *ProviderReconciler) registerDelivery(ctx context.Context, k providers.K
 		return cond(metav1.ConditionFalse, tg.ReasonRegistering, "Registering %s for the notifications of instance %s.", want.ReceiverURL, inst.ID), time.Second
 	}
 	p := d.Proposed
-	secret, err := r.providers.SecretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.providers.NamespaceOf(k), Name: p.SecretName}, providers.SigningSecretKey)
+	secret, err := r.Providers.SecretValue(ctx, k, obj.GetUID(), types.NamespacedName{Namespace: r.Providers.NamespaceOf(k), Name: p.SecretName}, providers.SigningSecretKey)
 	if err != nil {
 		return cond(metav1.ConditionFalse, tg.ReasonRegistrationFailed, "The signing secret of registration %s cannot be read: %v.", p.RegistrationID, err), reprobeNotReady
 	}
@@ -116,7 +116,7 @@ func matches(reg *tg.WebhookRegistration, want *tg.Delivery, instance string) bo
 
 // propose draws a registration id and a signing secret for want and instance, and keeps the secret
 // in a Secret the object owns.
-func (r *ProviderReconciler) propose(ctx context.Context, k providers.Key, obj tg.GenericProvider, want *tg.Delivery, instance string) (*tg.WebhookRegistration, error) {
+func (r *Reconciler) propose(ctx context.Context, k providers.Key, obj tg.GenericProvider, want *tg.Delivery, instance string) (*tg.WebhookRegistration, error) {
 	secret, err := aapwebhook.NewSecret(rand.Read)
 	if err != nil {
 		return nil, fmt.Errorf("a signing secret could not be drawn: %w", err)
@@ -124,7 +124,7 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providers.Key, obj t
 	id := uuid.NewString()
 	name := fmt.Sprintf("%s-aap-webhook-%s", providers.Truncate(obj.GetName(), 200), id[:8])
 	owned := &corev1.Secret{}
-	owned.Namespace, owned.Name = r.providers.NamespaceOf(k), name
+	owned.Namespace, owned.Name = r.Providers.NamespaceOf(k), name
 	owned.Labels = map[string]string{providers.ConsentLabel(k): obj.GetName()}
 	owned.Data = map[string][]byte{providers.SigningSecretKey: []byte(secret)}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
@@ -139,7 +139,7 @@ func (r *ProviderReconciler) propose(ctx context.Context, k providers.Key, obj t
 }
 
 // updateDelivery sends the delivery update of instance id with the provisioner token.
-func (r *ProviderReconciler) updateDelivery(ctx context.Context, k providers.Key, obj tg.GenericProvider, id, key string, d provider.DeliveryUpdate) error {
+func (r *Reconciler) updateDelivery(ctx context.Context, k providers.Key, obj tg.GenericProvider, id, key string, d provider.DeliveryUpdate) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
 		return err

@@ -1,4 +1,7 @@
-package controllers
+// Package approvalprovider is the controller of ApprovalProviders and ClusterApprovalProviders: it
+// checks each one's credential and reachability, provisions its AAP instance and registers its
+// webhook receiver.
+package approvalprovider
 
 import (
 	"context"
@@ -29,17 +32,19 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
-// ProviderReconciler checks the ApprovalProviders (or the ClusterApprovalProviders, by kind): it
+// Reconciler checks the ApprovalProviders (or the ClusterApprovalProviders, by kind): it
 // builds each one's client from the object and its Secret, reads the credential again (a rotated
 // Secret takes effect here, or at the provider's first 401), and probes the provider with an
 // authenticated read of a request that cannot exist, which a provider that accepts the credential
 // answers 404. The Ready condition says what it found, for the object's generation.
-type ProviderReconciler struct {
+type Reconciler struct {
 	client.Client
 	// Clock times the deletion of a provider object in use.
-	Clock     clock.PassiveClock
-	kind      string
-	providers *providers.Registry
+	Clock clock.PassiveClock
+	// Kind is the kind this reconciler serves: tg.KindApprovalProvider or tg.KindClusterApprovalProvider.
+	Kind string
+	// Providers is the registry of provider clients the manager shares.
+	Providers *providers.Registry
 }
 
 const (
@@ -68,12 +73,12 @@ const (
 //	registerDelivery (delivery.go)                           Delivery: the receiver registered with
 //	                                                         the instance (spec.delivery), or removed
 //	requeue                                                  the next probe, renewal or retirement
-func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	obj := providers.NewObject(r.kind)
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := providers.NewObject(r.Kind)
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	k := providers.Key{Kind: r.kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	k := providers.Key{Kind: r.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.retire(ctx, k, obj)
 	}
@@ -129,7 +134,7 @@ func (r *ProviderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // requeue is how soon the object is looked at again: a Ready one at its next probe, one that is not
 // sooner; earlier when its credential is due to be replaced (or its replacement failed) or a
 // replaced instance is to be looked at again (retire, 0 for none).
-func (r *ProviderReconciler) requeue(obj tg.GenericProvider, status metav1.ConditionStatus, renewal string, retire time.Duration) time.Duration {
+func (r *Reconciler) requeue(obj tg.GenericProvider, status metav1.ConditionStatus, renewal string, retire time.Duration) time.Duration {
 	next := reprobeNotReady
 	if status == metav1.ConditionTrue && renewal == "" {
 		next = reprobeReady
@@ -148,8 +153,8 @@ func (r *ProviderReconciler) requeue(obj tg.GenericProvider, status metav1.Condi
 // check builds the provider's client and probes it. Messages name what to fix and never quote the
 // credential or anything that changes from one probe to the next.
 // It returns nil when the provider accepted the credential, a *providers.Unusable otherwise.
-func (r *ProviderReconciler) check(ctx context.Context, k providers.Key, obj tg.GenericProvider) error {
-	hc, err := r.providers.Current(ctx, k, obj)
+func (r *Reconciler) check(ctx context.Context, k providers.Key, obj tg.GenericProvider) error {
+	hc, err := r.Providers.Current(ctx, k, obj)
 	if err != nil {
 		return err
 	}
@@ -159,7 +164,7 @@ func (r *ProviderReconciler) check(ctx context.Context, k providers.Key, obj tg.
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	_, err = hc.Wait(ctx, provider.Ref{ID: uuid.NewString()}, 0)
-	secret, key := r.providers.CredentialOf(k, obj)
+	secret, key := r.Providers.CredentialOf(k, obj)
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeNotFound:
 		return nil
@@ -176,29 +181,29 @@ func (r *ProviderReconciler) check(ctx context.Context, k providers.Key, obj tg.
 			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", secret.Name)
 	default:
 		cause := "provider error " + code
-		if cert := certificateProblem(err); cert != "" {
+		if cert := providers.CertificateProblem(err); cert != "" {
 			cause = "the provider's TLS certificate could not be verified: " + cert + "; check spec.url, and that spec.caBundle or spec.caBundleRef holds the CA that signed it"
 		}
 		return providers.Unusablef(tg.ReasonUnreachable, "The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
 	}
 }
 
-func (r *ProviderReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// A new generation, or the deletion (which sets the deletion timestamp and bumps the generation).
-		For(providers.NewObject(r.kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting()))).
+		For(providers.NewObject(r.Kind), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deleting()))).
 		// A call that ended may have been the last one holding a replaced instance, or a deleted
 		// provider object, back.
 		Watches(&tg.ToolCall{}, handler.EnqueueRequestsFromMapFunc(r.heldBy), builder.WithPredicates(callEnded())).
-		Named(map[string]string{tg.KindApprovalProvider: "approvalprovider", tg.KindClusterApprovalProvider: "clusterapprovalprovider"}[r.kind]).
+		Named(map[string]string{tg.KindApprovalProvider: "approvalprovider", tg.KindClusterApprovalProvider: "clusterapprovalprovider"}[r.Kind]).
 		Complete(r)
 }
 
 // heldBy maps a call that ended to its provider object of this reconciler's kind, if the object
 // waits for its calls to end: it has replaced instances, or it is being deleted.
-func (r *ProviderReconciler) heldBy(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) heldBy(ctx context.Context, o client.Object) []reconcile.Request {
 	k, err := providers.Accepted(o.(*tg.ToolCall))
-	if err != nil || k.Kind != r.kind {
+	if err != nil || k.Kind != r.Kind {
 		return nil
 	}
 	key := types.NamespacedName{Namespace: k.Namespace, Name: k.Name}
