@@ -10,18 +10,14 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/receiver"
+	"toolgate.dev/toolgate/controllers/toolcall"
 )
 
-// Every field index of the manager's cache: its name, what it indexes, and its one registration
-// (registerIndexes). A call finds its Tool and a changed Tool its waiting calls by name; the receiver
-// finds provider objects by registration and instance, and calls by request id; a provider object
-// finds the calls accepted with it.
-const (
-	// toolNameField indexes Tools by spec.toolName.
-	toolNameField = "spec.toolName"
-	// toolCallToolField indexes ToolCalls by spec.tool.
-	toolCallToolField = "spec.tool"
-)
+// Every field index of the manager's cache is registered here, once (registerIndexes); its name is
+// declared by the package that reads it. A call finds its Tool and a changed Tool its waiting calls
+// by name (toolcall); the receiver finds provider objects by registration and instance (providers),
+// and calls by request id (receiver); a provider object finds the calls accepted with it
+// (providers).
 
 // registerIndexes registers every index with mgr's cache; the request id index only when the
 // receiver runs.
@@ -31,8 +27,8 @@ func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
 		field string
 		fn    client.IndexerFunc
 	}{
-		{&tg.Tool{}, toolNameField, func(o client.Object) []string { return []string{o.(*tg.Tool).Spec.ToolName} }},
-		{&tg.ToolCall{}, toolCallToolField, func(o client.Object) []string { return []string{o.(*tg.ToolCall).Spec.Tool} }},
+		{&tg.Tool{}, toolcall.ToolNameField, func(o client.Object) []string { return []string{o.(*tg.Tool).Spec.ToolName} }},
+		{&tg.ToolCall{}, toolcall.ToolCallToolField, func(o client.Object) []string { return []string{o.(*tg.ToolCall).Spec.Tool} }},
 		{&tg.ToolCall{}, providers.ToolCallsField, providers.IndexToolCalls},
 		{&tg.ApprovalProvider{}, providers.RegistrationField, providers.IndexByRegistration},
 		{&tg.ApprovalProvider{}, providers.InstanceField, providers.IndexByInstance},

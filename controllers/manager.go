@@ -26,6 +26,7 @@ import (
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 	"toolgate.dev/toolgate/controllers/receiver"
 	"toolgate.dev/toolgate/controllers/tool"
+	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/waiter"
@@ -169,7 +170,7 @@ func ManagerOptions(o Options) ctrl.Options {
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: ours},
-			&corev1.Pod{}:  {Label: ours, Transform: slimPod},
+			&corev1.Pod{}:  {Label: ours, Transform: toolcall.SlimPod},
 		}},
 	}
 }
@@ -200,24 +201,22 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	provs := providers.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
 		provider.Options{OnError: CountProviderError})
-	r := &ToolCallReconciler{
+	r := &toolcall.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
 		CallTimeout:             o.CallTimeout,
 		Waiter:                  waiter.New(o.PollWait, mgr.GetLogger().WithName("waiter")),
-		asyncReads:              newAsyncReads(),
-		handed:                  newHandedNotes(),
-		elected:                 mgr.Elected(),
+		Elected:                 mgr.Elected(),
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CancelGiveUp:            o.CancelGiveUp,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		providers:               provs,
-		goneNamespace:           cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace),
-		namespaces:              o.Namespaces,
+		Providers:               provs,
+		Tools:                   tools,
+		GoneNamespace:           cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace),
+		Namespaces:              o.Namespaces,
 	}
-	r.tools = tools
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
@@ -233,7 +232,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if receiverOn {
 		rc := &receiver.Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
-			Log: mgr.GetLogger().WithName("receiver"), Providers: provs, HandOver: r.handOver}
+			Log: mgr.GetLogger().WithName("receiver"), Providers: provs, HandOver: r.HandOver}
 		if err := mgr.Add(receiver.NewServer(o.ReceiverBindAddress, o.ReceiverCertDir, rc, rc.Log, mgr.GetCache().WaitForCacheSync)); err != nil {
 			return err
 		}

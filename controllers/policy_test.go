@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
 	th "toolgate.dev/toolgate/test/testharness"
@@ -51,7 +51,7 @@ func TestApproveRuleRunsTheCallWithoutAHuman(t *testing.T) {
 
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
-	g.Expect(running.Status.JobName).To(Equal(controllers.JobName(tc)))
+	g.Expect(running.Status.JobName).To(Equal(toolcall.JobName(tc)))
 	d := running.Status.Decision
 	g.Expect(d).NotTo(BeNil())
 	g.Expect(d.Status).To(Equal(provider.StatusApproved))

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/provider/reference"
 	th "toolgate.dev/toolgate/test/testharness"
@@ -48,7 +48,7 @@ func TestApprovedCallRunsOnceAndReturnsItsResult(t *testing.T) {
 
 	h.Approve(req.ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
-	g.Expect(running.Status.JobName).To(Equal(controllers.JobName(tc)))
+	g.Expect(running.Status.JobName).To(Equal(toolcall.JobName(tc)))
 	g.Expect(running.Status.Decision.Status).To(Equal(provider.StatusApproved))
 	g.Expect(running.Status.Decision.Note).To(Equal("The duplicate charge has been confirmed."))
 	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -120,7 +120,7 @@ func (c *goneCursor) position() (pos uint64, ok bool) {
 // goneReplay is the leader's Runnable that replays the removals since the saved position and then
 // keeps saving the position.
 type goneReplay struct {
-	r          *ToolCallReconciler
+	r          *Reconciler
 	live       client.WithWatch // the apiserver, for the Lease, the list and the watch
 	namespace  string           // of the Lease
 	namespaces []string         // whose ToolCalls are replayed; all when empty
@@ -307,10 +307,10 @@ func (f watchFunc) WatchWithContext(ctx context.Context, options metav1.ListOpti
 
 // addGoneReplay adds the leader's replay of removals despite the finalizer to mgr; it sends what it
 // finds on replayed.
-func (r *ToolCallReconciler) addGoneReplay(mgr ctrl.Manager, replayed chan<- event.TypedGenericEvent[*tg.ToolCall]) error {
+func (r *Reconciler) addGoneReplay(mgr ctrl.Manager, replayed chan<- event.TypedGenericEvent[*tg.ToolCall]) error {
 	live, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("a client for the replay of removed ToolCalls: %w", err)
 	}
-	return mgr.Add(&goneReplay{r: r, live: live, namespace: r.goneNamespace, namespaces: r.namespaces, replayed: replayed})
+	return mgr.Add(&goneReplay{r: r, live: live, namespace: r.GoneNamespace, namespaces: r.Namespaces, replayed: replayed})
 }

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -98,6 +98,6 @@ func (p callProvider) Cancel(ctx context.Context, ref provider.Ref) (*provider.R
 }
 
 // providerOf is the client of the call's accepted provider.
-func (r *ToolCallReconciler) providerOf(tc *tg.ToolCall) callProvider {
-	return callProvider{providers: r.providers, tc: tc, timeout: r.CallTimeout}
+func (r *Reconciler) providerOf(tc *tg.ToolCall) callProvider {
+	return callProvider{providers: r.Providers, tc: tc, timeout: r.CallTimeout}
 }

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"slices"
@@ -12,12 +12,12 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
-func handoverReconciler(elected bool) *ToolCallReconciler {
+func handoverReconciler(elected bool) *Reconciler {
 	ch := make(chan struct{})
 	if elected {
 		close(ch)
 	}
-	return &ToolCallReconciler{asyncReads: newAsyncReads(), handed: newHandedNotes(), elected: ch,
+	return &Reconciler{asyncReads: newAsyncReads(), handed: newHandedNotes(), Elected: ch,
 		notified: make(chan event.TypedGenericEvent[*tg.ToolCall], 4)}
 }
 
@@ -31,7 +31,7 @@ func TestHandedNotificationIsRecordedByTheReconcile(t *testing.T) {
 	g := NewWithT(t)
 	r := handoverReconciler(true)
 	tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "refund", UID: "u1"}}
-	recorded, release := r.handOver(tc, notificationOf("n1"))
+	recorded, release := r.HandOver(tc, notificationOf("n1"))
 	defer release()
 	g.Expect(recorded).NotTo(BeNil())
 	g.Expect(r.notified).To(HaveLen(1), "the call is queued")
@@ -75,7 +75,7 @@ func TestHandedNotesTake(t *testing.T) {
 			var waits []<-chan struct{}
 			var releases []func()
 			for _, id := range c.hand {
-				w, rel := r.handOver(tc, notificationOf(id))
+				w, rel := r.HandOver(tc, notificationOf(id))
 				waits, releases = append(waits, w), append(releases, rel)
 			}
 			for _, i := range c.release {
@@ -108,7 +108,7 @@ func TestNoHandOverWithoutTheLead(t *testing.T) {
 	g := NewWithT(t)
 	r := handoverReconciler(false)
 	tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "refund", UID: "u1"}}
-	recorded, release := r.handOver(tc, notificationOf("n1"))
+	recorded, release := r.HandOver(tc, notificationOf("n1"))
 	release()
 	g.Expect(recorded).To(BeNil())
 	r.handed.take(tc)()

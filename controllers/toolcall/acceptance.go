@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // then records acceptance: the finalizer (so no request is ever left behind), the Tool's
 // executionTimeout (so the ToolCall's timing and its request body stay fixed) and the Tool's UID and
 // generation (so that only this version of the Tool runs).
-func (r *ToolCallReconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
+func (r *Reconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -35,7 +35,7 @@ func (r *ToolCallReconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acce
 	}
 	// The Job the approval would start must be valid before anyone is asked to approve it. The
 	// template decides that, so the dry run runs once per Tool generation.
-	if !r.tools.TemplateChecked(tool) {
+	if !r.Tools.TemplateChecked(tool) {
 		dry := buildJob(tc, tool, int64(w.ExecutionTimeout/time.Second))
 		if err := r.Create(ctx, dry, client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
 			if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
@@ -43,9 +43,9 @@ func (r *ToolCallReconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acce
 			}
 			return nil, nil, fmt.Errorf("dry-running the Job of Tool %s: %w", tool.Name, err)
 		}
-		r.tools.TemplatePassed(tool)
+		r.Tools.TemplatePassed(tool)
 	}
-	pk, err := r.providers.Resolve(ctx, tool)
+	pk, err := r.Providers.Resolve(ctx, tool)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -60,7 +60,7 @@ func (r *ToolCallReconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acce
 	if a := pk.Annotation(); a != "" {
 		tc.Annotations[tg.AnnotationProvider] = a
 	}
-	if inst := r.providers.InstanceOf(ctx, pk); inst != "" {
+	if inst := r.Providers.InstanceOf(ctx, pk); inst != "" {
 		tc.Annotations[tg.AnnotationProviderInstance] = inst
 	}
 	if adm.verdict.Action == tg.ActionApprove {
@@ -75,7 +75,7 @@ func (r *ToolCallReconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acce
 
 // checkInput finds the ToolCall's Tool and checks the arguments: their size and depth, then the Tool's
 // argumentsSchema. It returns the Tool only when every check passed.
-func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *lifecycle.Status, error) {
+func (r *Reconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *lifecycle.Status, error) {
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -83,7 +83,7 @@ func (r *ToolCallReconciler) checkInput(ctx context.Context, tc *tg.ToolCall) (*
 	if rej := checkArguments(tc.Spec.Arguments.Raw); rej != nil {
 		return nil, rej, nil
 	}
-	if rej := r.tools.ValidateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
+	if rej := r.Tools.ValidateArguments(tool, tc.Spec.Arguments.Raw); rej != nil {
 		return nil, rej, nil
 	}
 	return tool, nil, nil
@@ -137,7 +137,7 @@ func checkArguments(raw []byte) *lifecycle.Status {
 // apiserver request to every repeated submission, and the Job is validated when it is created. The
 // Tool must still be the version the record names; its approval rules then decide again, as they
 // did at acceptance.
-func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
+func (r *Reconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
 	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
 	if rej != nil {
 		return nil, rej, nil
@@ -197,12 +197,12 @@ func (r *ToolCallReconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCal
 // acceptedProviderOf checks the provider the record names against the Tool: what it resolves to now
 // (its spec.providerRef, or the first default that is not being deleted), or a default being deleted
 // ahead of it, which still serves the calls it has (providers.stillServes).
-func (r *ToolCallReconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, tool *tg.Tool) (*lifecycle.Status, error) {
+func (r *Reconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, tool *tg.Tool) (*lifecycle.Status, error) {
 	k, err := providers.Accepted(tc)
 	if err != nil {
 		return notAccepted(err.Error()), nil
 	}
-	ok, cur, err := r.providers.StillServes(ctx, tool, k)
+	ok, cur, err := r.Providers.StillServes(ctx, tool, k)
 	if err != nil || ok {
 		return nil, err
 	}

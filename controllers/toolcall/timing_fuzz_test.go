@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"math/big"
@@ -513,7 +513,7 @@ func FuzzProviderAnswerIsNeverAPolicyDecision(f *testing.F) {
 		if d.Source != tg.DecisionSourceProvider || d.Rule != "" {
 			t.Fatalf("a provider answer was recorded as %+v", d)
 		}
-		tm := DefaultTiming()
+		tm := lifecycle.DefaultTiming()
 		w := Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 5 * time.Minute}
 		now := t0.Add(span(nowOff, 0, time.Hour))
 		if lifecycle.RunGate(tc, gateTool(), w, tm, now) == nil && req.Status != provider.StatusApproved {

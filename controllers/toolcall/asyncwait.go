@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -109,7 +109,7 @@ const notifiedBuffer = 1024
 
 // wake queues tc, a call whose notification the receiver is recording, to read its request now,
 // without waiting for the watch to show the record. The event carries tc's key alone.
-func (r *ToolCallReconciler) wake(tc *tg.ToolCall) {
+func (r *Reconciler) wake(tc *tg.ToolCall) {
 	r.asyncReads.retry(tc.UID)
 	key := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name, UID: tc.UID}}
 	select {
@@ -122,9 +122,9 @@ func (r *ToolCallReconciler) wake(tc *tg.ToolCall) {
 // write. recorded is closed once that write landed; release withdraws n when the receiver stops
 // waiting. On a replica that is not the leader no reconcile runs here: recorded is nil, and the
 // receiver writes the record itself (whose watch event reaches the leader).
-func (r *ToolCallReconciler) handOver(tc *tg.ToolCall, n tg.Notification) (recorded <-chan struct{}, release func()) {
+func (r *Reconciler) HandOver(tc *tg.ToolCall, n tg.Notification) (recorded <-chan struct{}, release func()) {
 	select {
-	case <-r.elected:
+	case <-r.Elected:
 	default:
 		r.wake(tc)
 		return nil, func() {}
@@ -192,7 +192,7 @@ func (hn *handedNotes) take(tc *tg.ToolCall) (recorded func()) {
 
 // awaitNotification keeps an asynchronous call waiting until a notification or a safety read finds
 // its request decided, then applies the decision as a long poll's would be.
-func (r *ToolCallReconciler) awaitNotification(ctx context.Context, sc *scope, ref provider.Ref, until time.Time) (ctrl.Result, error) {
+func (r *Reconciler) awaitNotification(ctx context.Context, sc *scope, ref provider.Ref, until time.Time) (ctrl.Result, error) {
 	tc := sc.tc
 	now := r.Clock.Now()
 	if r.asyncReads.due(tc, now) {

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -25,8 +25,8 @@ type acceptedCall struct {
 // applyRules compiles (once per Tool generation) and runs the Tool's approval rules on the call. A
 // Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
 // Approve or Require.
-func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*acceptedCall, *lifecycle.Status) {
-	rules, err := r.tools.Rules(tool)
+func (r *Reconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*acceptedCall, *lifecycle.Status) {
+	rules, err := r.Tools.Rules(tool)
 	if err != nil {
 		return nil, lifecycle.RulesInvalid.Status(tool.Name, err)
 	}
@@ -39,7 +39,7 @@ func (r *ToolCallReconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*accept
 
 // evaluateRules runs the Tool's rules on the call. A rule that cannot be evaluated puts the call to a
 // human and says so in a Warning event.
-func (r *ToolCallReconciler) evaluateRules(tc *tg.ToolCall, tool *tg.Tool, rules *policy.Rules) policy.Result {
+func (r *Reconciler) evaluateRules(tc *tg.ToolCall, tool *tg.Tool, rules *policy.Rules) policy.Result {
 	res := rules.Evaluate(policy.Input{Arguments: tc.Spec.Arguments.Raw, Requester: requesterOf(tc)})
 	if res.Err != nil {
 		r.emit(tc, tool, lifecycle.RulesUndecided, tool.Name, res.Err)
@@ -86,7 +86,7 @@ func recordPolicyApproval(tc *tg.ToolCall, rule string, w Window, approvalTimeou
 
 // approveByPolicy records an Approve rule's decision and starts the Job, with every check a human's
 // approval gets immediately before it.
-func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, sc *scope, adm *acceptedCall) (ctrl.Result, error) {
+func (r *Reconciler) approveByPolicy(ctx context.Context, sc *scope, adm *acceptedCall) (ctrl.Result, error) {
 	acc, err := sc.accepted()
 	if err != nil {
 		return ctrl.Result{}, err
@@ -101,7 +101,7 @@ func (r *ToolCallReconciler) approveByPolicy(ctx context.Context, sc *scope, adm
 // own: the Tool is the version the call was accepted against and its rules approve the call by that
 // rule. A Tool that is no longer that version also holds: the run gate then ends the call without
 // running it, as it ends any approval of another version.
-func (r *ToolCallReconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolCall) (bool, error) {
+func (r *Reconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolCall) (bool, error) {
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil || rej != nil {
 		return rej != nil, err
@@ -109,7 +109,7 @@ func (r *ToolCallReconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolC
 	if lifecycle.ToolVersionMismatch(tc, tool) != "" {
 		return true, nil
 	}
-	rules, err := r.tools.Rules(tool)
+	rules, err := r.Tools.Rules(tool)
 	if err != nil {
 		return false, nil
 	}
@@ -139,7 +139,7 @@ func requesterOf(tc *tg.ToolCall) policy.Requester {
 
 // recordPolicyDecision counts a rule's decision and, for an approval (whose phase event is the Job's),
 // says which rule approved.
-func (r *ToolCallReconciler) recordPolicyDecision(tc *tg.ToolCall) {
+func (r *Reconciler) recordPolicyDecision(tc *tg.ToolCall) {
 	d := tc.Status.Decision
 	if d.Status == provider.StatusApproved {
 		policyDecisions.WithLabelValues(string(tg.ActionApprove)).Inc()

@@ -1,4 +1,7 @@
-package controllers
+// Package toolcall is the ToolCall controller: it puts a human approval (or the Tool's rule) in front
+// of every ToolCall and runs the Tool's Job only for a valid approval. Reconcile and its phase table
+// are in controller.go; each step has a file of its own.
+package toolcall
 
 import (
 	"context"
@@ -35,28 +38,25 @@ import (
 	"toolgate.dev/toolgate/internal/waiter"
 )
 
-// ToolCallReconciler drives a ToolCall through approval to its Job.
-type ToolCallReconciler struct {
+// Reconciler drives a ToolCall through approval to its Job.
+type Reconciler struct {
 	client.Client
 	// APIReader reads around the cache where a stale read could run a tool twice or mislabel it.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// CallTimeout bounds each provider call a reconcile makes.
 	CallTimeout time.Duration
-	providers   *providers.Registry
-	Waiter      *waiter.Waiter
-	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
-	asyncReads *asyncReads
-	// notified carries the calls whose notification the receiver is recording (wake), and handed the
-	// notifications it leaves to their reads to record (handOver).
-	notified chan event.TypedGenericEvent[*tg.ToolCall]
-	handed   *handedNotes
-	// elected is closed once this replica leads, and its reconciles run.
-	elected <-chan struct{}
-	// goneNamespace holds the Lease with the position of withdrawn removals (gonereplay.go);
-	// namespaces are those whose ToolCalls the manager serves (all when empty).
-	goneNamespace string
-	namespaces    []string
+	// Providers is the registry of provider clients the manager shares.
+	Providers *providers.Registry
+	Waiter    *waiter.Waiter
+	// Tools is what the controllers derive from each Tool generation, shared with the Tool controller.
+	Tools *toolcache.Cache
+	// Elected is closed once this replica leads, and its reconciles run.
+	Elected <-chan struct{}
+	// GoneNamespace holds the Lease with the position of withdrawn removals (gonereplay.go);
+	// Namespaces are those whose ToolCalls the manager serves (all when empty).
+	GoneNamespace string
+	Namespaces    []string
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
 	Timing Timing
@@ -65,10 +65,14 @@ type ToolCallReconciler struct {
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
 
-	// tools are what the controllers derive from each Tool generation, shared with the Tool controller.
-	tools   *toolcache.Cache
-	written writeLog
-	gone    goneCalls
+	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
+	asyncReads *asyncReads
+	// notified carries the calls whose notification the receiver is recording (wake), and handed the
+	// notifications it leaves to their reads to record (HandOver).
+	notified chan event.TypedGenericEvent[*tg.ToolCall]
+	handed   *handedNotes
+	written  writeLog
+	gone     goneCalls
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch
@@ -117,7 +121,7 @@ type ToolCallReconciler struct {
 //	                                                                  JobCreated), Succeeded, Failed
 //	terminal          removeFinalizer (deletion.go)                   -
 //	(deleted)         reconcileDelete (deletion.go)                   the ToolCall is gone
-func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if err := r.withdrawGone(ctx, req.NamespacedName); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -178,13 +182,13 @@ func (r *ToolCallReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 }
 
 // stopWaiting ends the long poll of a call, or forgets its reads in asynchronous mode.
-func (r *ToolCallReconciler) stopWaiting(uid types.UID) {
+func (r *Reconciler) stopWaiting(uid types.UID) {
 	r.Waiter.Stop(uid)
 	r.asyncReads.forget(uid)
 }
 
 // patchStatus writes the status once, and only if it changed.
-func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolCall) error {
+func (r *Reconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolCall) error {
 	if equality.Semantic.DeepEqual(orig.Status, tc.Status) {
 		return nil
 	}
@@ -195,7 +199,7 @@ func (r *ToolCallReconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolC
 }
 
 // recordTransition emits an event and counts outcomes when the phase changed.
-func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
+func (r *Reconciler) recordTransition(orig, tc *tg.ToolCall) {
 	if d := tc.Status.Decision; d != nil && orig.Status.Decision == nil {
 		// The decision was recorded: counted once, when it is first written.
 		if decidedByPolicy(tc) {
@@ -223,7 +227,7 @@ func (r *ToolCallReconciler) recordTransition(orig, tc *tg.ToolCall) {
 }
 
 // emit records an event of the event table on tc; related is another object it concerns, or nil.
-func (r *ToolCallReconciler) emit(tc *tg.ToolCall, related runtime.Object, e lifecycle.Event, args ...any) {
+func (r *Reconciler) emit(tc *tg.ToolCall, related runtime.Object, e lifecycle.Event, args ...any) {
 	row := e.Row()
 	r.Recorder.Eventf(tc, related, row.Type, row.Reason, row.Action, "%s", e.Note(args...))
 }
@@ -239,7 +243,13 @@ func eventNote(tc *tg.ToolCall) string {
 
 // SetupWithManager registers the controller (its cache indexes are registered with the others, in
 // indexes.go), the watches of Jobs, of their Pods' waits for images and of Tool versions, and the waiter's channel.
-func (r *ToolCallReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.asyncReads == nil {
+		r.asyncReads = newAsyncReads()
+	}
+	if r.handed == nil {
+		r.handed = newHandedNotes()
+	}
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -15,11 +15,21 @@ import (
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 )
 
+// The cache indexes Tools by the toolName calls name them by, and ToolCalls by the tool they name, so
+// that a call finds its Tool and a changed Tool finds its waiting calls without listing a namespace.
+// The manager registers both with its other indexes.
+const (
+	// ToolNameField indexes Tools by spec.toolName.
+	ToolNameField = "spec.toolName"
+	// ToolCallToolField indexes ToolCalls by spec.tool.
+	ToolCallToolField = "spec.tool"
+)
+
 // findTool resolves spec.tool to the namespace's one Tool with that toolName; otherwise it returns the
 // status of a call whose Tool cannot be found (UnknownTool, AmbiguousTool).
-func (r *ToolCallReconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *lifecycle.Status, error) {
+func (r *Reconciler) findTool(ctx context.Context, tc *tg.ToolCall) (*tg.Tool, *lifecycle.Status, error) {
 	tools := &tg.ToolList{}
-	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{toolNameField: tc.Spec.Tool}); err != nil {
+	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{ToolNameField: tc.Spec.Tool}); err != nil {
 		return nil, nil, fmt.Errorf("listing the Tools of namespace %s from the cache: %w", tc.Namespace, err)
 	}
 	tool, rej := pickTool(tools.Items, tc.Spec.Tool, tc.Namespace)
@@ -62,7 +72,7 @@ func pickTool(tools []tg.Tool, name, namespace string) (*tg.Tool, *lifecycle.Sta
 func toolToWaitingCalls(c client.Reader) handler.TypedMapFunc[*tg.Tool, reconcile.Request] {
 	return func(ctx context.Context, tool *tg.Tool) []reconcile.Request {
 		calls := &tg.ToolCallList{}
-		if err := c.List(ctx, calls, client.InNamespace(tool.Namespace), client.MatchingFields{toolCallToolField: tool.Spec.ToolName}); err != nil {
+		if err := c.List(ctx, calls, client.InNamespace(tool.Namespace), client.MatchingFields{ToolCallToolField: tool.Spec.ToolName}); err != nil {
 			logf.FromContext(ctx).Error(err, "listing the ToolCalls of a changed Tool", "tool", tool.Name)
 			return nil
 		}

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 )
 
 // submit admits a new ToolCall (or rejects it) and submits its approval request, idempotently.
-func (r *ToolCallReconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error) {
+func (r *Reconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
 	accepted := controllerutil.ContainsFinalizer(tc, tg.Finalizer)
 	if accepted && approvedByPolicy(tc) {
@@ -92,12 +92,12 @@ const providerRecheck = 5 * time.Second
 
 // awaitProvider keeps a call Pending while the provider it was accepted with is missing or not Ready
 // (waiting true), and ends it ApprovalUnavailable once its approval limit passed that way.
-func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (res ctrl.Result, waiting bool, err error) {
+func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (res ctrl.Result, waiting bool, err error) {
 	k, err := providers.Accepted(sc.tc)
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}
-	_, current, err := r.providers.Client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
+	_, current, err := r.Providers.Client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
 	u, notReady := providers.UnusableOf(err)
 	if err != nil && !notReady {
 		return ctrl.Result{}, true, err
@@ -117,7 +117,7 @@ func (r *ToolCallReconciler) awaitProvider(ctx context.Context, sc *scope, w Win
 }
 
 // recordInstance records instance, the provider's current one, as the call's if it names none yet.
-func (r *ToolCallReconciler) recordInstance(ctx context.Context, tc *tg.ToolCall, instance string) error {
+func (r *Reconciler) recordInstance(ctx context.Context, tc *tg.ToolCall, instance string) error {
 	if instance == "" || tc.Annotations[tg.AnnotationProviderInstance] != "" {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (r *ToolCallReconciler) recordInstance(ctx context.Context, tc *tg.ToolCall
 // withdraw cancels, best effort, the request that an earlier submission of a rejected acceptance
 // record may have left at the provider (a crash between the POST and the status write), recovering
 // its id with the idempotent submission, so that no human reviews a call that will not run.
-func (r *ToolCallReconciler) withdraw(ctx context.Context, sc *scope) {
+func (r *Reconciler) withdraw(ctx context.Context, sc *scope) {
 	if _, ruled := sc.tc.Annotations[tg.AnnotationApprovalRule]; ruled {
 		return // a rule approved the call at acceptance: no request was ever submitted
 	}
@@ -150,7 +150,7 @@ func (r *ToolCallReconciler) withdraw(ctx context.Context, sc *scope) {
 
 // submitFailed decides what a failed submission means: retry (Pending), refused input (Rejected),
 // an untrusted answer or a limit reached (ApprovalUnavailable).
-func (r *ToolCallReconciler) submitFailed(ctx context.Context, sc *scope, w Window, err error) (ctrl.Result, error) {
+func (r *Reconciler) submitFailed(ctx context.Context, sc *scope, w Window, err error) (ctrl.Result, error) {
 	tc := sc.tc
 	code := provider.CodeOf(err)
 	switch {
@@ -182,7 +182,7 @@ func (r *ToolCallReconciler) submitFailed(ctx context.Context, sc *scope, w Wind
 
 // awaitDecision applies what the waiter observed, gives up at the poll limit, withdraws the request
 // when the Tool is no longer the version the call was accepted against, or keeps waiting.
-func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result, error) {
+func (r *Reconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
 	if obs, ok := r.Waiter.Latest(tc.UID); ok {
 		if obs.Err != nil {
@@ -215,7 +215,7 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl
 			return r.withdrawForToolChange(ctx, sc, ref, change)
 		}
 	}
-	if r.providers.Asynchronous(ctx, tc) {
+	if r.Providers.Asynchronous(ctx, tc) {
 		// Asynchronous mode (asyncwait.go): no long poll; one the call had before its provider's
 		// delivery was registered ends.
 		r.Waiter.Stop(tc.UID)
@@ -231,7 +231,7 @@ func (r *ToolCallReconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl
 
 // giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that
 // raced the cancellation is applied as any other.
-func (r *ToolCallReconciler) giveUp(ctx context.Context, sc *scope, w Window, ref provider.Ref) (ctrl.Result, error) {
+func (r *Reconciler) giveUp(ctx context.Context, sc *scope, w Window, ref provider.Ref) (ctrl.Result, error) {
 	settled, res, err := r.cancelRequest(ctx, sc, ref)
 	switch {
 	case settled:
@@ -256,7 +256,7 @@ func (r *ToolCallReconciler) giveUp(ctx context.Context, sc *scope, w Window, re
 // made meanwhile, or an answer that cannot be trusted, settles the call (applyDecision, failClosed):
 // settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
 // nil when the request is cancelled.
-func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
+func (r *Reconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
 	// The submission that names the call's own request may find it ended already: its answer then
 	// stands for the cancel's.
 	ref, req, err := r.ownRef(ctx, sc, ref)
@@ -284,7 +284,7 @@ func (r *ToolCallReconciler) cancelRequest(ctx context.Context, sc *scope, ref p
 // answers with now, which it also returns (cur). status.requestID is only a hint here: whoever may
 // write the status could point it at another call's request, whose cancellation would leave this
 // call's own pending for a human nobody waits for.
-func (r *ToolCallReconciler) ownRef(ctx context.Context, sc *scope, ref provider.Ref) (provider.Ref, *provider.Request, error) {
+func (r *Reconciler) ownRef(ctx context.Context, sc *scope, ref provider.Ref) (provider.Ref, *provider.Request, error) {
 	if sc.own != "" {
 		ref.ID = sc.own
 		return ref, nil, nil
@@ -303,7 +303,7 @@ func (r *ToolCallReconciler) ownRef(ctx context.Context, sc *scope, ref provider
 
 // submitOwn submits the call's request under its own idempotency key (a replay answers with the
 // request as it is now) and notes the id the provider answered with as the call's own.
-func (r *ToolCallReconciler) submitOwn(ctx context.Context, sc *scope, acc lifecycle.Acceptance) (*provider.Request, error) {
+func (r *Reconciler) submitOwn(ctx context.Context, sc *scope, acc lifecycle.Acceptance) (*provider.Request, error) {
 	req, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
 	if err != nil {
 		return nil, err
@@ -313,7 +313,7 @@ func (r *ToolCallReconciler) submitOwn(ctx context.Context, sc *scope, acc lifec
 }
 
 // applyDecision records the provider's terminal answer and acts on it.
-func (r *ToolCallReconciler) applyDecision(ctx context.Context, sc *scope, req *provider.Request) (ctrl.Result, error) {
+func (r *Reconciler) applyDecision(ctx context.Context, sc *scope, req *provider.Request) (ctrl.Result, error) {
 	tc := sc.tc
 	recordRequest(tc, req)
 	switch req.Status {
@@ -347,7 +347,7 @@ func (r *ToolCallReconciler) applyDecision(ctx context.Context, sc *scope, req *
 // call's approved request with the same tool and arguments; only the request submitted under this
 // call's key speaks for it. A submission that answers with another request is followed instead, and
 // the approval read by id is dropped.
-func (r *ToolCallReconciler) confirmOwnRequest(ctx context.Context, sc *scope, seen *provider.Request) (ctrl.Result, error) {
+func (r *Reconciler) confirmOwnRequest(ctx context.Context, sc *scope, seen *provider.Request) (ctrl.Result, error) {
 	tc := sc.tc
 	acc, err := sc.accepted()
 	if err != nil {
@@ -374,7 +374,7 @@ func (r *ToolCallReconciler) confirmOwnRequest(ctx context.Context, sc *scope, s
 
 // failClosed ends a ToolCall whose provider answers cannot be trusted or whose request was lost:
 // nothing runs. A best-effort cancel keeps a human from reviewing it.
-func (r *ToolCallReconciler) failClosed(ctx context.Context, sc *scope, cause error) (ctrl.Result, error) {
+func (r *Reconciler) failClosed(ctx context.Context, sc *scope, cause error) (ctrl.Result, error) {
 	if ref, err := sc.ref(); err == nil && ref.ID != "" {
 		_, _ = r.providerOf(sc.tc).Cancel(ctx, ref)
 	}

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // hangs on an unreachable provider: it gives up after CancelGiveUp, or once the request's own
 // deadline (within our limit) has passed; nor on a provider without a cancel endpoint, which it
 // leaves at once.
-func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Result, error) {
+func (r *Reconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
 	r.stopWaiting(tc.UID)
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
@@ -55,7 +55,7 @@ func (r *ToolCallReconciler) reconcileDelete(ctx context.Context, sc *scope) (ct
 
 // cancelPending cancels the ToolCall's own request, whose id the idempotent submission recovers.
 // It returns the status the request ended with: cancelled, or the decision it held already.
-func (r *ToolCallReconciler) cancelPending(ctx context.Context, sc *scope) (string, error) {
+func (r *Reconciler) cancelPending(ctx context.Context, sc *scope) (string, error) {
 	ref, err := sc.ref()
 	if err != nil {
 		return "", err
@@ -76,7 +76,7 @@ func (r *ToolCallReconciler) cancelPending(ctx context.Context, sc *scope) (stri
 	return req.Status, nil
 }
 
-func (r *ToolCallReconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCall) error {
+func (r *Reconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCall) error {
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"testing"
@@ -152,7 +152,7 @@ func TestSlimPodKeepsWhatThePodChecksRead(t *testing.T) {
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "TOOL_ARGUMENTS", Value: `{"amount":4900}`}}
 	pod.Spec.NodeName = "node-1"
 
-	got, err := slimPod(&pod)
+	got, err := SlimPod(&pod)
 	g.Expect(err).NotTo(HaveOccurred())
 	slim := got.(*corev1.Pod)
 	job := &batchv1.Job{}

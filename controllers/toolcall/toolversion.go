@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -21,9 +21,9 @@ import (
 // confirmedToolChange says how the Tool a ToolCall awaiting a decision was accepted against changed,
 // "" while it is unchanged. A change the cache shows is confirmed with a live read, so that a cache
 // that is behind never withdraws a request.
-func (r *ToolCallReconciler) confirmedToolChange(ctx context.Context, tc *tg.ToolCall) (string, error) {
+func (r *Reconciler) confirmedToolChange(ctx context.Context, tc *tg.ToolCall) (string, error) {
 	tools := &tg.ToolList{}
-	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{toolNameField: tc.Spec.Tool}); err != nil {
+	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{ToolNameField: tc.Spec.Tool}); err != nil {
 		return "", fmt.Errorf("listing the Tools of namespace %s from the cache: %w", tc.Namespace, err)
 	}
 	if lifecycle.ToolChangeAmong(tc, tools.Items) == "" {
@@ -41,7 +41,7 @@ func (r *ToolCallReconciler) confirmedToolChange(ctx context.Context, tc *tg.Too
 // approval then ends ToolChanged at the run gate). A provider that cannot cancel is asked once for
 // the request's state, so that a decision it already holds is applied; a request still pending
 // there stays until its deadline, and the call ends all the same, with a CancelFailed event.
-func (r *ToolCallReconciler) withdrawForToolChange(ctx context.Context, sc *scope, ref provider.Ref, change string) (ctrl.Result, error) {
+func (r *Reconciler) withdrawForToolChange(ctx context.Context, sc *scope, ref provider.Ref, change string) (ctrl.Result, error) {
 	settled, res, err := r.cancelRequest(ctx, sc, ref)
 	outcome := lifecycle.ToolChangedWithdrawn
 	switch {

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -124,10 +124,10 @@ func imageUnavailableFailed(tc *tg.ToolCall, job *batchv1.Job) {
 	setStatus(tc, lifecycle.ImageNeverArrived.Status(why, lifecycle.ImageWaiting.Body(tc.Status.Message)))
 }
 
-// slimPod keeps of a cached Pod what observePods reads (its identity, owner and labels, its
+// SlimPod keeps of a cached Pod what observePods reads (its identity, owner and labels, its
 // containers' names and images, and its containers' states), so that the Pods of finished Jobs, which
 // stay as long as their Jobs, cost the manager little memory.
-func slimPod(obj any) (any, error) {
+func SlimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // existing Job is never re-created and its call is never reported as not run, and a new one is created
 // only if the approval is still valid at that instant. The create itself finds an existing Job
 // (AlreadyExists); the Job is looked up only before saying that the call did not run.
-func (r *ToolCallReconciler) startJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
+func (r *Reconciler) startJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
 	name := JobName(tc)
 	job, stop, err := r.approvedJob(ctx, sc)
@@ -55,7 +55,7 @@ func (r *ToolCallReconciler) startJob(ctx context.Context, sc *scope) (ctrl.Resu
 // approvedJob builds the Job for an approved call, or returns the status of a call that cannot start
 // now: the Tool is gone, invalid or no longer the version the call was accepted against, the approval
 // is no longer valid at this instant, or no time is left to run it (lifecycle.RunGate).
-func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batchv1.Job, *lifecycle.Status, error) {
+func (r *Reconciler) approvedJob(ctx context.Context, sc *scope) (*batchv1.Job, *lifecycle.Status, error) {
 	tc := sc.tc
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil {
@@ -92,7 +92,7 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batch
 		if err != nil {
 			return nil, nil, err
 		}
-		serves, cur, err := r.providers.StillServes(ctx, tool, k)
+		serves, cur, err := r.Providers.StillServes(ctx, tool, k)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -105,7 +105,7 @@ func (r *ToolCallReconciler) approvedJob(ctx context.Context, sc *scope) (*batch
 
 // jobExists says whether the ToolCall's Job was created: from the cache if it holds the Job, else
 // from the apiserver (a cache that has not seen it yet proves nothing).
-func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name string) (bool, error) {
+func (r *Reconciler) jobExists(ctx context.Context, namespace, name string) (bool, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if err := r.Get(ctx, key, &batchv1.Job{}); err == nil {
 		return true, nil
@@ -126,7 +126,7 @@ func (r *ToolCallReconciler) jobExists(ctx context.Context, namespace, name stri
 // the call is marked Running instead. It reports whether st was recorded. The steps that end a call
 // an earlier reconcile may have started go through it: the run gate, a rejected acceptance record,
 // the give-up at the waiting limit and the withdrawal for a changed Tool.
-func (r *ToolCallReconciler) endWithoutRunning(ctx context.Context, sc *scope, st *lifecycle.Status) (ended bool, err error) {
+func (r *Reconciler) endWithoutRunning(ctx context.Context, sc *scope, st *lifecycle.Status) (ended bool, err error) {
 	name := JobName(sc.tc)
 	started, err := r.jobExists(ctx, sc.tc.Namespace, name)
 	switch {
@@ -147,7 +147,7 @@ func markRunning(tc *tg.ToolCall, jobName string) {
 }
 
 // observeJob records the Job's outcome and its termination message.
-func (r *ToolCallReconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
+func (r *Reconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
 	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Status.JobName}
 	job := &batchv1.Job{}
@@ -189,7 +189,7 @@ func (r *ToolCallReconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Re
 
 // observePods says in the status when the tool's container cannot start for want of its image, and
 // when that ends. The Pods are read from the cache, which holds only the Pods of Toolgate's Jobs.
-func (r *ToolCallReconciler) observePods(ctx context.Context, tc *tg.ToolCall, job *batchv1.Job) error {
+func (r *Reconciler) observePods(ctx context.Context, tc *tg.ToolCall, job *batchv1.Job) error {
 	pods, err := jobPods(ctx, r, tc, job)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"

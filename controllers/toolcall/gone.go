@@ -1,4 +1,4 @@
-package controllers
+package toolcall
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func removedDespiteFinalizer(tc *tg.ToolCall) bool {
 // recordGone is the watch handler that holds every ToolCall removed despite the finalizer for
 // withdrawGone, and enqueues it (after holding it: the For watch's own enqueue may come first). It
 // follows the watch's position for the saved cursor (gonereplay.go).
-func (r *ToolCallReconciler) recordGone() handler.EventHandler {
+func (r *Reconciler) recordGone() handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			r.gone.cursor.observe(e.Object.GetResourceVersion())
@@ -104,7 +104,7 @@ func (r *ToolCallReconciler) recordGone() handler.EventHandler {
 // withdrawGone withdraws the request of the gone ToolCall held under key, if any. It returns an
 // error, so that the key is retried with backoff, while the provider cannot be reached and
 // CancelGiveUp has not passed since the ToolCall was seen gone.
-func (r *ToolCallReconciler) withdrawGone(ctx context.Context, key types.NamespacedName) error {
+func (r *Reconciler) withdrawGone(ctx context.Context, key types.NamespacedName) error {
 	c, ok := r.gone.get(key)
 	if !ok {
 		return nil
@@ -125,7 +125,7 @@ func (r *ToolCallReconciler) withdrawGone(ctx context.Context, key types.Namespa
 
 // withdrawForGone cancels the request a ToolCall that is gone may have left at the provider: the one
 // a reconcile has just submitted, or was waiting on.
-func (r *ToolCallReconciler) withdrawForGone(ctx context.Context, sc *scope) error {
+func (r *Reconciler) withdrawForGone(ctx context.Context, sc *scope) error {
 	tc := sc.tc
 	r.stopWaiting(tc.UID)
 	r.written.forget(tc.UID)

@@ -1,0 +1,28 @@
+package toolcall
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	toolCallOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_toolcalls_total",
+		Help: "ToolCalls that reached a terminal phase, by outcome (the phase).",
+	}, []string{"outcome"})
+
+	approvalWaitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "toolgate_approval_wait_seconds",
+		Help:    "Seconds from a ToolCall's creation to the provider's terminal answer being applied.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
+	})
+
+	policyDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_policy_decisions_total",
+		Help: "ToolCalls decided by a rule of their Tool's spec.approval without asking a human, by action (Approve, Deny).",
+	}, []string{"action"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, policyDecisions)
+}
