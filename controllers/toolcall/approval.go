@@ -60,7 +60,7 @@ func (r *Reconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error)
 		// is the record that the tool ran, and such a call is never reported as not run.
 		ended, err := r.endWithoutRunning(ctx, sc, rej)
 		if ended {
-			r.withdraw(ctx, sc)
+			r.withdrawRejected(ctx, sc)
 		}
 		return ctrl.Result{}, err
 	}
@@ -133,17 +133,17 @@ func (r *Reconciler) recordInstance(ctx context.Context, tc *tg.ToolCall, instan
 	return nil
 }
 
-// withdraw cancels, best effort, the request that an earlier submission of a rejected acceptance
+// withdrawRejected cancels, best effort, the request that an earlier submission of a rejected acceptance
 // record may have left at the provider (a crash between the POST and the status write), recovering
 // its id with the idempotent submission, so that no human reviews a call that will not run.
-func (r *Reconciler) withdraw(ctx context.Context, sc *scope) {
+func (r *Reconciler) withdrawRejected(ctx context.Context, sc *scope) {
 	if _, ruled := sc.tc.Annotations[tg.AnnotationApprovalRule]; ruled {
 		return // a rule approved the call at acceptance: no request was ever submitted
 	}
 	if _, err := sc.accepted(); err != nil {
 		return // without both annotations nothing was ever submitted
 	}
-	if _, err := r.cancelPending(ctx, sc); err != nil {
+	if _, err := r.withdrawOwn(ctx, sc); err != nil {
 		logf.FromContext(ctx).Info("withdrawing the approval request of a rejected acceptance record failed; it ends at its provider deadline", "code", provider.CodeOf(err))
 	}
 }
@@ -201,7 +201,7 @@ func (r *Reconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result,
 	now := r.Clock.Now()
 	until := r.Timing.PollUntil(acc.Window, timeOf(tc.Status.DeadlineAt))
 	if !now.Before(until) {
-		return r.giveUp(ctx, sc, acc.Window, ref)
+		return r.withdrawAtLimit(ctx, sc, acc.Window, ref)
 	}
 	// The Tool's watch brings a changed Tool's waiting calls here: their approval could never start
 	// the tool. A decision already recorded (an approval whose Job the cluster refused so far) is
@@ -229,10 +229,10 @@ func (r *Reconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result,
 	return ctrl.Result{RequeueAfter: r.Waiter.Ensure(tc, pc, ref, until.Sub(now))}, nil
 }
 
-// giveUp: polling reached deadline_at + margin (or our limit). Cancel the request; a decision that
-// raced the cancellation is applied as any other.
-func (r *Reconciler) giveUp(ctx context.Context, sc *scope, w Window, ref provider.Ref) (ctrl.Result, error) {
-	settled, res, err := r.cancelRequest(ctx, sc, ref)
+// withdrawAtLimit withdraws the request once polling reached deadline_at + margin (or the call's
+// limit); a decision that raced the withdrawal is applied as any other.
+func (r *Reconciler) withdrawAtLimit(ctx context.Context, sc *scope, w Window, ref provider.Ref) (ctrl.Result, error) {
+	settled, res, err := r.withdrawRequest(ctx, sc, ref)
 	switch {
 	case settled:
 		return res, err
@@ -252,11 +252,11 @@ func (r *Reconciler) giveUp(ctx context.Context, sc *scope, w Window, ref provid
 	return ctrl.Result{}, nil
 }
 
-// cancelRequest cancels the call's pending request and records the provider's answer. A decision
+// withdrawRequest cancels the call's pending request and records the provider's answer. A decision
 // made meanwhile, or an answer that cannot be trusted, settles the call (applyDecision, failClosed):
 // settled is then true, and res and err are the reconcile's. Otherwise err is the cancel's failure,
 // nil when the request is cancelled.
-func (r *Reconciler) cancelRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
+func (r *Reconciler) withdrawRequest(ctx context.Context, sc *scope, ref provider.Ref) (settled bool, res ctrl.Result, err error) {
 	// The submission that names the call's own request may find it ended already: its answer then
 	// stands for the cancel's.
 	ref, req, err := r.ownRef(ctx, sc, ref)

@@ -23,7 +23,7 @@ import (
 // (handOver), which reads the request then and records the notification in the same status write
 // (or the receiver records it, and its watch event brings the call here). Two safety reads cover
 // a notification that never comes: the give-up at the provider's deadline plus the final-state margin
-// (giveUp, whose cancellation answers with the decision if there is one), and one read every
+// (withdrawAtLimit, whose cancellation answers with the decision if there is one), and one read every
 // safetyReadInterval.
 const (
 	// safetyReadInterval: the provider retries a notification for 7 days, so a read covers only a

@@ -85,8 +85,8 @@ type Reconciler struct {
 
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
 // Each step takes the reconcile's scope (scope.go) and records one row of the outcome table
-// (internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase, and the
-// reconcile is retried with backoff. Before any step, a ToolCall the apiserver removed despite its
+// (controllers/internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase,
+// and the reconcile is retried with backoff. Before any step, a ToolCall the apiserver removed despite its
 // finalizer has its request withdrawn (withdrawGone, gone.go; after a restart, gonereplay.go), and a
 // ToolCall whose cached copy is older than this manager's last write waits for the watch
 // (writelog.go).
@@ -108,15 +108,15 @@ type Reconciler struct {
 //	                    of what a notification or a safety read       by request id first confirmOwnRequest)
 //	                    found (awaitNotification, asyncwait.go)
 //	                  - failClosed on a lost or untrusted request     ApprovalUnavailable
-//	                  - giveUp at the poll limit                      ApprovalUnavailable (its Job exists:
+//	                  - withdrawAtLimit at the poll limit             ApprovalUnavailable (its Job exists:
 //	                                                                  Running); a decision that raced the
-//	                                                                  cancel: as applyDecision
+//	                                                                  withdrawal: as applyDecision
 //	                  - withdrawForToolChange (toolversion.go)        Cancelled (its Job exists: Running); a
 //	                                                                  decision that raced it: as applyDecision
 //	                  - otherwise keep waiting                        AwaitingApproval
-//	(approved)        startJob (job.go): lifecycle.RunGate            Running; Failed, Expired,
-//	                  (internal/lifecycle/gate.go), then create the   ApprovalUnavailable (its Job exists:
-//	                  Job                                             Running)
+//	(approved)        startJob (job.go): lifecycle.RunGate, then      Running; Failed, Expired,
+//	                  create the Job                                  ApprovalUnavailable (its Job exists:
+//	                                                                  Running)
 //	Running           observeJob (job.go), observePods (jobpods.go)   Running (ImageUnavailable, back to
 //	                                                                  JobCreated), Succeeded, Failed
 //	terminal          removeFinalizer (deletion.go)                   -

@@ -26,7 +26,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Resul
 	}
 	switch tc.Status.Phase {
 	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
-		ended, err := r.cancelPending(ctx, sc)
+		ended, err := r.withdrawOwn(ctx, sc)
 		switch {
 		case provider.CannotCancel(err):
 			// Nothing a retry could cancel: no cancel endpoint, or the provider no longer knows the request.
@@ -53,9 +53,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Resul
 	return ctrl.Result{}, r.removeFinalizer(ctx, tc)
 }
 
-// cancelPending cancels the ToolCall's own request, whose id the idempotent submission recovers.
+// withdrawOwn cancels the ToolCall's own request, whose id the idempotent submission recovers.
 // It returns the status the request ended with: cancelled, or the decision it held already.
-func (r *Reconciler) cancelPending(ctx context.Context, sc *scope) (string, error) {
+func (r *Reconciler) withdrawOwn(ctx context.Context, sc *scope) (string, error) {
 	ref, err := sc.ref()
 	if err != nil {
 		return "", err

@@ -110,7 +110,7 @@ func (r *Reconciler) withdrawGone(ctx context.Context, key types.NamespacedName)
 		return nil
 	}
 	sc := newScope(c.tc)
-	err := r.withdrawForGone(ctx, sc)
+	err := r.withdrawGoneCall(ctx, sc)
 	if err == nil {
 		r.gone.done(key, c.tc.UID)
 		return nil
@@ -123,9 +123,9 @@ func (r *Reconciler) withdrawGone(ctx context.Context, key types.NamespacedName)
 	return nil
 }
 
-// withdrawForGone cancels the request a ToolCall that is gone may have left at the provider: the one
+// withdrawGoneCall cancels the request a ToolCall that is gone may have left at the provider: the one
 // a reconcile has just submitted, or was waiting on.
-func (r *Reconciler) withdrawForGone(ctx context.Context, sc *scope) error {
+func (r *Reconciler) withdrawGoneCall(ctx context.Context, sc *scope) error {
 	tc := sc.tc
 	r.stopWaiting(tc.UID)
 	r.written.forget(tc.UID)
@@ -135,6 +135,6 @@ func (r *Reconciler) withdrawForGone(ctx context.Context, sc *scope) error {
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) || tc.Annotations[tg.AnnotationApprovalRule] != "" {
 		return nil // not accepted, or approved by a rule: no request was submitted
 	}
-	_, err := r.cancelPending(ctx, sc)
+	_, err := r.withdrawOwn(ctx, sc)
 	return err
 }

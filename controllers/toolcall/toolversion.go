@@ -42,7 +42,7 @@ func (r *Reconciler) confirmedToolChange(ctx context.Context, tc *tg.ToolCall) (
 // the request's state, so that a decision it already holds is applied; a request still pending
 // there stays until its deadline, and the call ends all the same, with a CancelFailed event.
 func (r *Reconciler) withdrawForToolChange(ctx context.Context, sc *scope, ref provider.Ref, change string) (ctrl.Result, error) {
-	settled, res, err := r.cancelRequest(ctx, sc, ref)
+	settled, res, err := r.withdrawRequest(ctx, sc, ref)
 	outcome := lifecycle.ToolChangedWithdrawn
 	switch {
 	case settled:
