@@ -15,6 +15,7 @@ RUN go mod download
 # Copy the Go source.
 COPY api/ api/
 COPY cmd/ cmd/
+COPY controllers/ controllers/
 COPY internal/ internal/
 COPY pkg/ pkg/
 
