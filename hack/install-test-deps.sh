@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go and make:
 #  - Debian's Chromium at /usr/bin/chromium, which the approval page's browser tests
-#    (internal/provider/reference/ui_test.go) drive headless. Needs root (apt-get) the first time.
+#    (internal/reference/ui_test.go) drive headless. Needs root (apt-get) the first time.
 #  - the official TypeScript MCP SDK client, at the version pinned by test/mcpagent/ts/package-lock.json,
 #    into ${TOOLGATE_NPM_DIR:-~/.cache/toolgate/npm}/mcpagent (outside the checkout), which the MCP
 #    gateway's tests (internal/mcpgateway) run as an agent. Needs Node 20 or later and npm.

@@ -19,7 +19,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 const (

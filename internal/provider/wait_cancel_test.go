@@ -10,7 +10,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 // --- wait -------------------------------------------------------------------------------------------------

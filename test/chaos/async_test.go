@@ -17,7 +17,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 	"toolgate.dev/toolgate/test/testcert"
 	th "toolgate.dev/toolgate/test/testharness"
 )

@@ -17,7 +17,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 // The liveness bound. A decision the manager can act on reaches a Job within a few manager lives,

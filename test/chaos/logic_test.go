@@ -6,7 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 // The run's choices come from the seed alone: the same seed and index give the same plan, whatever

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 func (r *report) print(t *testing.T) {

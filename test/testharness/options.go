@@ -7,7 +7,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 // Option changes a harness before its manager starts.

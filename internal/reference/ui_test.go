@@ -18,7 +18,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 // pageEnv is a reference provider with a separate admin credential, and a client that does not follow

@@ -7,7 +7,7 @@ import (
 	"github.com/chromedp/chromedp"
 	. "github.com/onsi/gomega"
 
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 const aliceCredential = "alice-approver-credential"

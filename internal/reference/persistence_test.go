@@ -13,7 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 	"toolgate.dev/toolgate/test/testcert"
 )
 

@@ -10,7 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/provider/reference"
+	"toolgate.dev/toolgate/internal/reference"
 )
 
 // poll runs a long poll in the background; its result arrives on the returned channel.
