@@ -14,7 +14,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -156,7 +156,7 @@ func TestGenuineAcceptanceRecordIsSubmittedAfterRestart(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1})).To(Succeed())
+	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Probability: 1})).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	p := h.WaitPhase("refund", tg.PhasePending)
 	g.Expect(p.Status.Reason).To(Equal(tg.ReasonSubmitFailed))

@@ -20,7 +20,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -247,7 +247,7 @@ func toolChangedWhileAwaitingApproval(t *testing.T, change func(*th.Harness, *tg
 	g := h.G
 	tool := h.Tool("issue-refund", "issue_refund", "")
 	if !canCancel {
-		g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: http.StatusNotImplemented, Probability: 1})).To(Succeed())
+		g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpCancel, Kind: faults.Error5xx, Status: http.StatusNotImplemented, Probability: 1})).To(Succeed())
 	}
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	req := h.PendingRequest("refund")

@@ -17,6 +17,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -29,7 +30,7 @@ const (
 // the manager's flags name), and returns it with its URL.
 func startTeamProvider(h *th.Harness) (*reference.Server, string) {
 	h.T.Helper()
-	srv, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner})
+	srv, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner, Faults: faults.New(0)})
 	h.G.Expect(err).NotTo(HaveOccurred())
 	url, err := srv.Start("127.0.0.1:0")
 	h.G.Expect(err).NotTo(HaveOccurred())

@@ -26,6 +26,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	"toolgate.dev/toolgate/test/testcert"
 	th "toolgate.dev/toolgate/test/testharness"
 )
@@ -50,8 +51,8 @@ type echoProxy struct {
 	cred string
 
 	mu      sync.Mutex
-	answers map[reference.Operation][]func(auth string) (int, string)
-	echoed  map[reference.Operation]int
+	answers map[faults.Op][]func(auth string) (int, string)
+	echoed  map[faults.Op]int
 }
 
 func startEchoProxy(t *testing.T, target, cred string) *echoProxy {
@@ -59,7 +60,7 @@ func startEchoProxy(t *testing.T, target, cred string) *echoProxy {
 	g := NewWithT(t)
 	u, err := url.Parse(target)
 	g.Expect(err).NotTo(HaveOccurred())
-	p := &echoProxy{cred: cred, answers: map[reference.Operation][]func(string) (int, string){}, echoed: map[reference.Operation]int{}}
+	p := &echoProxy{cred: cred, answers: map[faults.Op][]func(string) (int, string){}, echoed: map[faults.Op]int{}}
 	forward := httputil.NewSingleHostReverseProxy(u)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -80,19 +81,19 @@ func startEchoProxy(t *testing.T, target, cred string) *echoProxy {
 	return p
 }
 
-func operation(r *http.Request) reference.Operation {
+func operation(r *http.Request) faults.Op {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/requests":
-		return reference.OpSubmit
+		return faults.OpSubmit
 	case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/requests/"):
-		return reference.OpCancel
+		return faults.OpCancel
 	default:
-		return reference.OpGet
+		return faults.OpGet
 	}
 }
 
 // answer makes the proxy answer the next n calls of op that present the real credential itself.
-func (p *echoProxy) answer(op reference.Operation, n int, f func(auth string) (int, string)) {
+func (p *echoProxy) answer(op faults.Op, n int, f func(auth string) (int, string)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for range n {
@@ -100,7 +101,7 @@ func (p *echoProxy) answer(op reference.Operation, n int, f func(auth string) (i
 	}
 }
 
-func (p *echoProxy) take(op reference.Operation, auth string) func(string) (int, string) {
+func (p *echoProxy) take(op faults.Op, auth string) func(string) (int, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if auth != "Bearer "+p.cred || len(p.answers[op]) == 0 {
@@ -112,7 +113,7 @@ func (p *echoProxy) take(op reference.Operation, auth string) func(string) (int,
 	return f
 }
 
-func (p *echoProxy) count(op reference.Operation) int {
+func (p *echoProxy) count(op faults.Op) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.echoed[op]
@@ -141,7 +142,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	g.Expect(os.WriteFile(h.CredFile, []byte(wrong+"\n"), 0o600)).To(Succeed())
 	p := h.StartProcess("--provider-url", proxy.URL, "--zap-log-level", "debug")
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
-	g.Eventually(func() int64 { return h.Provider.Stats().Responses[reference.OpSubmit][http.StatusUnauthorized] }).
+	g.Eventually(func() int64 { return h.Provider.Stats().Responses[faults.OpSubmit][http.StatusUnauthorized] }).
 		WithTimeout(60*time.Second).Should(BeNumerically(">=", 1), p.Log)
 	pending := h.WaitPhase("refund", tg.PhasePending)
 	g.Expect(pending.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
@@ -149,16 +150,16 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 
 	// Once the Secret is fixed, the provider (or a gateway in front of it) quotes the credential in
 	// refusals of the submission and in failed polls.
-	proxy.answer(reference.OpSubmit, 2, func(auth string) (int, string) {
+	proxy.answer(faults.OpSubmit, 2, func(auth string) (int, string) {
 		return errorResponse(http.StatusForbidden, "token_refused:"+auth, "the gateway refused "+auth+" for this tenant")
 	})
-	proxy.answer(reference.OpGet, 2, func(auth string) (int, string) {
+	proxy.answer(faults.OpGet, 2, func(auth string) (int, string) {
 		return errorResponse(http.StatusBadGateway, "upstream:"+auth, "upstream refused Authorization: "+auth)
 	})
 	g.Expect(os.WriteFile(h.CredFile, []byte(cred+"\n"), 0o600)).To(Succeed())
 	req := h.PendingRequest("refund")
-	g.Expect(proxy.count(reference.OpSubmit)).To(Equal(2))
-	g.Eventually(func() int { return proxy.count(reference.OpGet) }).WithTimeout(30 * time.Second).Should(Equal(2))
+	g.Expect(proxy.count(faults.OpSubmit)).To(Equal(2))
+	g.Eventually(func() int { return proxy.count(faults.OpGet) }).WithTimeout(30 * time.Second).Should(Equal(2))
 	h.Approve(req.ID, 5*time.Minute)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
@@ -166,7 +167,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	h.WaitPhase("refund", tg.PhaseSucceeded)
 
 	// A success answer that quotes the credential where the request's id and status belong.
-	proxy.answer(reference.OpSubmit, 1, func(auth string) (int, string) {
+	proxy.answer(faults.OpSubmit, 1, func(auth string) (int, string) {
 		b, _ := json.Marshal(map[string]any{"id": auth, "status": cred, "tool": "issue_refund"})
 		return http.StatusCreated, string(b)
 	})
@@ -176,7 +177,7 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	g.Expect(untrusted.Status.Message).To(ContainSubstring("[redacted]"), "the answer did quote the credential")
 
 	// A refusal that quotes it in its detail ends up in the status message.
-	proxy.answer(reference.OpSubmit, 1, func(auth string) (int, string) {
+	proxy.answer(faults.OpSubmit, 1, func(auth string) (int, string) {
 		return errorResponse(http.StatusBadRequest, provider.CodeInvalidRequest, "credential "+cred+" may not submit this tool")
 	})
 	h.ToolCall("refused", "issue_refund", th.RefundArgs, 3*time.Minute, nil)
@@ -187,12 +188,12 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	// A failed cancel (DELETE) that quotes it: the deleted ToolCall's request is cancelled on the retry.
 	h.ToolCall("withdrawn", "issue_refund", th.RefundArgs, 3*time.Minute, nil)
 	withdrawn := h.PendingRequest("withdrawn")
-	proxy.answer(reference.OpCancel, 1, func(auth string) (int, string) {
+	proxy.answer(faults.OpCancel, 1, func(auth string) (int, string) {
 		return errorResponse(http.StatusBadGateway, "upstream:"+auth, "upstream refused Authorization: "+auth)
 	})
 	g.Expect(h.K8s.Delete(ctx, h.Get("withdrawn"))).To(Succeed())
 	h.WaitGone("withdrawn", 30*time.Second)
-	g.Expect(proxy.count(reference.OpCancel)).To(Equal(1))
+	g.Expect(proxy.count(faults.OpCancel)).To(Equal(1))
 	g.Expect(h.Provider.Get(withdrawn.ID)).To(HaveField("Status", provider.StatusCancelled))
 
 	var eventsJSON []byte

@@ -21,6 +21,7 @@ import (
 	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -133,8 +134,8 @@ func TestFailedJobReportsItsMessage(t *testing.T) {
 func unansweredSubmission(h *th.Harness, srv *reference.Server) provider.Request {
 	h.T.Helper()
 	h.G.Expect(srv.Faults().Set(
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1},
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1},
+		faults.Rule{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Count: 1},
+		faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Probability: 1},
 	)).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	var req provider.Request
@@ -221,7 +222,7 @@ func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	// The provider fails every poll, so the controller never hears about the expiry from a poll.
-	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 503, Probability: 1})).To(Succeed())
+	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpGet, Kind: faults.Error5xx, Status: 503, Probability: 1})).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Minute, ptr.To(3*time.Second))
 	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	// At deadline_at + final-state margin the controller gives up: the submission replayed to name
@@ -237,7 +238,7 @@ func TestPollLimitCancelsTheRequestAndNeverClaimsDenial(t *testing.T) {
 	g.Expect(stalled.Status).To(Equal(metav1.ConditionTrue), "kstatus reports the call Failed, not Current")
 	g.Expect(stalled.Reason).To(Equal(tg.ReasonProviderExpired))
 	st := h.Provider.Stats()
-	g.Expect(st.Faults[reference.FaultError5xx]).To(BeNumerically(">=", 1))
+	g.Expect(st.Faults[faults.Error5xx]).To(BeNumerically(">=", 1))
 	g.Expect(st.Submits).To(BeNumerically(">=", 2), "the submission, and its replay at the give-up")
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 	g.Expect(h.Jobs()).To(BeEmpty())
@@ -254,9 +255,9 @@ func TestOwnLimitReachedOnAnUnreachableProvider(t *testing.T) {
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 14*time.Second, ptr.To(2*time.Second))
 	tc := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	g.Expect(h.Provider.Faults().Set(
-		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
-		reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
-		reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: 502, Probability: 1},
+		faults.Rule{Op: faults.OpGet, Kind: faults.Error5xx, Status: 502, Probability: 1},
+		faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Status: 502, Probability: 1},
+		faults.Rule{Op: faults.OpCancel, Kind: faults.Error5xx, Status: 502, Probability: 1},
 	)).To(Succeed())
 	u := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
 	g.Expect(u.Status.Reason).To(Equal(tg.ReasonWaitingLimitReached))
@@ -266,7 +267,7 @@ func TestOwnLimitReachedOnAnUnreachableProvider(t *testing.T) {
 	// The cancel (first the replayed submission that names the call's own request) keeps failing,
 	// in both profiles, until the limit.
 	g.Expect(ready.LastTransitionTime.Time).To(BeTemporally(">=", tc.CreationTimestamp.Add(8*time.Second)))
-	g.Expect(h.Provider.Stats().Responses[reference.OpSubmit][http.StatusBadGateway]).To(BeNumerically(">=", 1))
+	g.Expect(h.Provider.Stats().Responses[faults.OpSubmit][http.StatusBadGateway]).To(BeNumerically(">=", 1))
 	g.Expect(h.Jobs()).To(BeEmpty())
 }
 
@@ -279,16 +280,16 @@ func TestPollTimeoutsAreRetriedAndTheApprovalStillApplies(t *testing.T) {
 	timeouts := th.MetricValue("toolgate_provider_request_errors_total", map[string]string{"op": "wait", "code": provider.CodeTimeout})
 	// The first poll hangs past the client's long-poll timeout (wait + 10s), the next two are reset.
 	g.Expect(h.Provider.Faults().Set(
-		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultDelay, Delay: 12 * time.Second, Count: 1},
-		reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultReset, Count: 2},
+		faults.Rule{Op: faults.OpGet, Kind: faults.Delay, Delay: 12 * time.Second, Count: 1},
+		faults.Rule{Op: faults.OpGet, Kind: faults.Reset, Count: 2},
 	)).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	req := h.PendingRequest("refund")
-	g.Eventually(func() int64 { return h.Provider.Stats().Faults[reference.FaultReset] }).WithTimeout(20 * time.Second).Should(BeEquivalentTo(2))
+	g.Eventually(func() int64 { return h.Provider.Stats().Faults[faults.Reset] }).WithTimeout(20 * time.Second).Should(BeEquivalentTo(2))
 	g.Expect(h.Get("refund").Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "a timeout is not an expiry")
 	h.Approve(req.ID, 5*time.Minute)
 	g.Expect(h.WaitPhase("refund", tg.PhaseRunning).Status.Reason).To(Equal(tg.ReasonJobCreated))
-	g.Expect(h.Provider.Stats().Faults[reference.FaultDelay]).To(BeEquivalentTo(1))
+	g.Expect(h.Provider.Stats().Faults[faults.Delay]).To(BeEquivalentTo(1))
 	g.Expect(th.MetricValue("toolgate_provider_request_errors_total", map[string]string{"op": "wait", "code": provider.CodeTimeout})).To(BeNumerically(">=", timeouts+1),
 		"the hung poll is counted as a timeout")
 	g.Expect(h.Jobs()).To(HaveLen(1))
@@ -407,14 +408,14 @@ func TestDeletionWhenADecisionRacesTheCancel(t *testing.T) {
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	req := h.PendingRequest("refund")
 	h.StopManager() // the approval made by the fault is not seen by a poll first
-	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Decision: provider.StatusApproved, Count: 1})).To(Succeed())
+	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Decision: provider.StatusApproved, Count: 1})).To(Succeed())
 	g.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
 	h.Start()
 	h.WaitGone("refund", 20*time.Second)
 	got, err := h.Provider.Get(req.ID)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.Status).To(Equal(provider.StatusApproved), "the decision made first stands")
-	g.Expect(h.Provider.Stats().Faults[reference.FaultDecideBeforeCancel]).To(BeEquivalentTo(1))
+	g.Expect(h.Provider.Stats().Faults[faults.DecideBeforeCancel]).To(BeEquivalentTo(1))
 	g.Eventually(func(g Gomega) {
 		list := &eventsv1.EventList{}
 		g.Expect(h.K8s.List(context.Background(), list, client.InNamespace(h.NS))).To(Succeed())
@@ -436,7 +437,7 @@ func TestDeletionNeverWaitsOnAProviderWithoutCancellation(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultError5xx, Status: http.StatusNotImplemented, Probability: 1})).To(Succeed())
+	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpCancel, Kind: faults.Error5xx, Status: http.StatusNotImplemented, Probability: 1})).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	req := h.PendingRequest("refund")
 	g.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
@@ -445,7 +446,7 @@ func TestDeletionNeverWaitsOnAProviderWithoutCancellation(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.Status).To(Equal(provider.StatusPending))
 	g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
-	g.Expect(h.Provider.Stats().Faults[reference.FaultError5xx]).To(BeNumerically(">=", 1))
+	g.Expect(h.Provider.Stats().Faults[faults.Error5xx]).To(BeNumerically(">=", 1))
 }
 
 // A request whose id was never recorded (every submit response was lost) is recovered by the
@@ -454,7 +455,7 @@ func TestDeletionRecoversAnUnrecordedRequestAndCancelsIt(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
-	g.Expect(h.Provider.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Probability: 1})).To(Succeed())
+	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Probability: 1})).To(Succeed())
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	p := h.WaitPhase("refund", tg.PhasePending)
 	g.Expect(p.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
@@ -474,7 +475,7 @@ func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
 	h.Tool("issue-refund", "issue_refund", "")
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	h.PendingRequest("refund")
-	h.G.Expect(h.Provider.Faults().Set(reference.FaultRule{Kind: reference.FaultReset, Probability: 1})).To(Succeed())
+	h.G.Expect(h.Provider.Faults().Set(faults.Rule{Kind: faults.Reset, Probability: 1})).To(Succeed())
 	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
 	h.WaitGone("refund", 30*time.Second)
 	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))

@@ -13,6 +13,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // --- submit against the reference provider -----------------------------------------------------------------
@@ -37,14 +38,14 @@ func TestSubmitCreatesThenReplays(t *testing.T) {
 	g.Expect(first.Context).To(MatchJSON(s.Context))
 	g.Expect(first.Status).To(Equal(provider.StatusPending))
 	g.Expect(first.DeadlineAt.Sub(first.CreatedAt)).To(Equal(30 * time.Minute))
-	g.Expect(srv.Stats().Responses[reference.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1}))
+	g.Expect(srv.Stats().Responses[faults.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1}))
 
 	replay, err := c.Submit(ctx, s)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(replay.ID).To(Equal(first.ID))
 
 	st := srv.Stats()
-	g.Expect(st.Responses[reference.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1, http.StatusOK: 1}), "a replay is a 200")
+	g.Expect(st.Responses[faults.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1, http.StatusOK: 1}), "a replay is a 200")
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 	g.Expect(st.Replays).To(BeEquivalentTo(1))
 	g.Expect(srv.List("")).To(HaveLen(1))
@@ -59,7 +60,7 @@ func TestSubmitRecoversLostResponse(t *testing.T) {
 	g := newG(t)
 	srv, url := startProvider(t)
 	c := newClient(t, url)
-	g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1})).To(Succeed())
+	g.Expect(srv.Faults().Add(faults.Rule{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Count: 1})).To(Succeed())
 
 	req, err := c.Submit(testContext(t), submission("toolcall-uid-1"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -70,39 +71,39 @@ func TestSubmitRecoversLostResponse(t *testing.T) {
 	g.Expect(all).To(HaveLen(1))
 	g.Expect(all[0].ID).To(Equal(req.ID), "the recovered request is the one committed before the response was lost")
 	st := srv.Stats()
-	g.Expect(st.Faults[reference.FaultDropAfterCommit]).To(BeEquivalentTo(1))
+	g.Expect(st.Faults[faults.DropAfterCommit]).To(BeEquivalentTo(1))
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 	g.Expect(st.Replays).To(BeEquivalentTo(1))
-	g.Expect(st.Responses[reference.OpSubmit]).To(Equal(map[int]int64{0: 1, http.StatusOK: 1}))
+	g.Expect(st.Responses[faults.OpSubmit]).To(Equal(map[int]int64{0: 1, http.StatusOK: 1}))
 }
 
 func TestSubmitRetriesTransientFailures(t *testing.T) {
 	cases := []struct {
 		name          string
-		rule          reference.FaultRule
+		rule          faults.Rule
 		wantResponses map[int]int64
 		wantFailures  []string
 	}{
 		{
 			name:          "connection reset twice",
-			rule:          reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultReset, Count: 2},
+			rule:          faults.Rule{Op: faults.OpSubmit, Kind: faults.Reset, Count: 2},
 			wantResponses: map[int]int64{0: 2, http.StatusCreated: 1},
 		},
 		{
 			name:          "503 twice",
-			rule:          reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Count: 2},
+			rule:          faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Count: 2},
 			wantResponses: map[int]int64{http.StatusServiceUnavailable: 2, http.StatusCreated: 1},
 			wantFailures:  []string{"submit/unavailable", "submit/unavailable"},
 		},
 		{
 			name:          "500 once",
-			rule:          reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Status: 500, Count: 1},
+			rule:          faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Status: 500, Count: 1},
 			wantResponses: map[int]int64{http.StatusInternalServerError: 1, http.StatusCreated: 1},
 			wantFailures:  []string{"submit/internal"},
 		},
 		{
 			name:          "a plain-text 502 on any operation",
-			rule:          reference.FaultRule{Op: reference.OpAny, Kind: reference.FaultError5xx, Status: 502, Count: 3},
+			rule:          faults.Rule{Op: faults.OpAny, Kind: faults.Error5xx, Status: 502, Count: 3},
 			wantResponses: map[int]int64{http.StatusBadGateway: 3, http.StatusCreated: 1},
 			wantFailures:  []string{"submit/unavailable", "submit/unavailable", "submit/unavailable"},
 		},
@@ -122,7 +123,7 @@ func TestSubmitRetriesTransientFailures(t *testing.T) {
 
 			st := srv.Stats()
 			g.Expect(st.Faults[tc.rule.Kind]).To(BeEquivalentTo(tc.rule.Count))
-			g.Expect(st.Responses[reference.OpSubmit]).To(Equal(tc.wantResponses))
+			g.Expect(st.Responses[faults.OpSubmit]).To(Equal(tc.wantResponses))
 			g.Expect(st.Creates).To(BeEquivalentTo(1))
 			g.Expect(srv.List("")).To(HaveLen(1))
 			g.Expect(srv.Faults().Rules()).To(BeEmpty())
@@ -142,8 +143,8 @@ func TestSubmitHonoursRetryAfter(t *testing.T) {
 	srv, url := startProvider(t)
 	f := newFailures()
 	c := newClient(t, url, f.option)
-	g.Expect(srv.Faults().Add(reference.FaultRule{
-		Op: reference.OpSubmit, Kind: reference.FaultRateLimit, RetryAfter: time.Second, Count: 1,
+	g.Expect(srv.Faults().Add(faults.Rule{
+		Op: faults.OpSubmit, Kind: faults.RateLimit, RetryAfter: time.Second, Count: 1,
 	})).To(Succeed())
 
 	start := time.Now()
@@ -156,7 +157,7 @@ func TestSubmitHonoursRetryAfter(t *testing.T) {
 	g.Expect(elapsed).To(BeNumerically(">=", 950*time.Millisecond))
 	g.Expect(f.codes()).To(Equal([]string{"submit/" + provider.CodeRateLimited}))
 	st := srv.Stats()
-	g.Expect(st.Responses[reference.OpSubmit]).To(Equal(map[int]int64{http.StatusTooManyRequests: 1, http.StatusCreated: 1}))
+	g.Expect(st.Responses[faults.OpSubmit]).To(Equal(map[int]int64{http.StatusTooManyRequests: 1, http.StatusCreated: 1}))
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 }
 
@@ -166,8 +167,8 @@ func TestSubmitConcurrentWithTheSameKeyReplays(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	srv, url := startProvider(t)
-	g.Expect(srv.Faults().Add(reference.FaultRule{
-		Op: reference.OpSubmit, Kind: reference.FaultDelay, Delay: 2 * time.Second, Count: 1,
+	g.Expect(srv.Faults().Add(faults.Rule{
+		Op: faults.OpSubmit, Kind: faults.Delay, Delay: 2 * time.Second, Count: 1,
 	})).To(Succeed())
 	ctx := testContext(t)
 
@@ -195,7 +196,7 @@ func TestSubmitConcurrentWithTheSameKeyReplays(t *testing.T) {
 	g.Expect(dup.ID).To(Equal(r.req.ID))
 	g.Expect(f.codes()).To(BeEmpty())
 	st := srv.Stats()
-	g.Expect(st.Responses[reference.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1, http.StatusOK: 1}))
+	g.Expect(st.Responses[faults.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1, http.StatusOK: 1}))
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 	g.Expect(st.Replays).To(BeEquivalentTo(1))
 	g.Expect(srv.List("")).To(HaveLen(1))
@@ -400,7 +401,7 @@ func TestRetriesEndWhenTheNextAttemptWouldMissTheDeadline(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	srv, url := startProvider(t)
-	g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Probability: 1})).To(Succeed())
+	g.Expect(srv.Faults().Add(faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Probability: 1})).To(Succeed())
 	c := newClient(t, url, func(o *provider.Options) { o.BackoffBase, o.BackoffCap = time.Hour, time.Hour })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -419,7 +420,7 @@ func TestRetriesEndWhenTheNextAttemptWouldMissTheDeadline(t *testing.T) {
 func TestContextCancellationStopsRetries(t *testing.T) {
 	cases := []struct {
 		name string
-		rule reference.FaultRule
+		rule faults.Rule
 		// fired reports that the first attempt reached the point where the client is stuck.
 		fired    func(reference.Stats) bool
 		wantCode string
@@ -427,15 +428,15 @@ func TestContextCancellationStopsRetries(t *testing.T) {
 	}{
 		{
 			name: "while backing off for a long Retry-After",
-			rule: reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultRateLimit, RetryAfter: time.Minute, Probability: 1},
+			rule: faults.Rule{Op: faults.OpSubmit, Kind: faults.RateLimit, RetryAfter: time.Minute, Probability: 1},
 			fired: func(s reference.Stats) bool {
-				return s.Responses[reference.OpSubmit][http.StatusTooManyRequests] == 1
+				return s.Responses[faults.OpSubmit][http.StatusTooManyRequests] == 1
 			},
 			wantCode: provider.CodeRateLimited,
 		},
 		{
 			name:     "while an attempt is in flight",
-			rule:     reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDelay, Delay: time.Minute, Count: 1},
+			rule:     faults.Rule{Op: faults.OpSubmit, Kind: faults.Delay, Delay: time.Minute, Count: 1},
 			fired:    func(s reference.Stats) bool { return s.InFlight == 1 },
 			wantCode: provider.CodeNetwork,
 			canceled: true,

@@ -20,6 +20,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 const (
@@ -72,6 +73,7 @@ func newProvider(t *testing.T) *reference.Server {
 	srv, err := reference.New(reference.Options{
 		DBPath:     filepath.Join(t.TempDir(), "provider.db"),
 		Credential: credential,
+		Faults:     faults.New(0),
 	})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { NewWithT(t).Expect(srv.Close()).To(Succeed()) })
@@ -589,9 +591,9 @@ func TestBaseURLWithPath(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(cancelled.Status).To(Equal(provider.StatusCancelled))
 		st := ref.Stats()
-		g.Expect(st.Responses[reference.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1, http.StatusOK: 1}))
-		g.Expect(st.Responses[reference.OpGet]).To(Equal(map[int]int64{http.StatusOK: 1}))
-		g.Expect(st.Responses[reference.OpCancel]).To(Equal(map[int]int64{http.StatusOK: 1}))
+		g.Expect(st.Responses[faults.OpSubmit]).To(Equal(map[int]int64{http.StatusCreated: 1, http.StatusOK: 1}))
+		g.Expect(st.Responses[faults.OpGet]).To(Equal(map[int]int64{http.StatusOK: 1}))
+		g.Expect(st.Responses[faults.OpCancel]).To(Equal(map[int]int64{http.StatusOK: 1}))
 		g.Expect(st.Cancellations).To(BeEquivalentTo(1))
 
 		// Without the prefix, the same client configuration reaches nothing.

@@ -14,7 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	"toolgate.dev/toolgate/test/testcert"
 )
 
@@ -185,14 +185,14 @@ func TestCredentialReloadedAfter401(t *testing.T) {
 
 	g.Expect(f.codes()).To(Equal([]string{"submit/" + provider.CodeUnauthenticated}))
 	st := srv.Stats()
-	g.Expect(st.Responses[reference.OpSubmit]).To(Equal(map[int]int64{http.StatusUnauthorized: 1, http.StatusCreated: 1}))
+	g.Expect(st.Responses[faults.OpSubmit]).To(Equal(map[int]int64{http.StatusUnauthorized: 1, http.StatusCreated: 1}))
 	g.Expect(st.Creates).To(BeEquivalentTo(1))
 
 	// The reloaded credential stays in use.
 	polled, err := c.Wait(testContext(t), refFor(t, req.ID), 0)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(polled.ID).To(Equal(req.ID))
-	g.Expect(srv.Stats().Responses[reference.OpGet]).To(Equal(map[int]int64{http.StatusOK: 1}))
+	g.Expect(srv.Stats().Responses[faults.OpGet]).To(Equal(map[int]int64{http.StatusOK: 1}))
 }
 
 func TestCredentialReloadedOnlyOnce(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // --- wait -------------------------------------------------------------------------------------------------
@@ -88,7 +89,7 @@ func TestWaitAttemptTimeoutIsNotExpiry(t *testing.T) {
 	created, err := c.Submit(ctx, submission("toolcall-uid-1"))
 	g.Expect(err).NotTo(HaveOccurred())
 	// The provider stalls the first poll far beyond the client's wait + 10s.
-	g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultDelay, Delay: time.Minute, Count: 1})).To(Succeed())
+	g.Expect(srv.Faults().Add(faults.Rule{Op: faults.OpGet, Kind: faults.Delay, Delay: time.Minute, Count: 1})).To(Succeed())
 
 	f.start = time.Now()
 	req, err := c.Wait(ctx, refFor(t, created.ID), time.Second)
@@ -109,7 +110,7 @@ func TestWaitAttemptTimeoutIsNotExpiry(t *testing.T) {
 	g.Expect(elapsed).To(BeNumerically(">=", 12*time.Second), "the retry polled for its wait too")
 
 	g.Expect(srv.Stats().Gets).To(BeEquivalentTo(2))
-	g.Eventually(func() int64 { return srv.Stats().Responses[reference.OpGet][0] }).Should(BeEquivalentTo(1))
+	g.Eventually(func() int64 { return srv.Stats().Responses[faults.OpGet][0] }).Should(BeEquivalentTo(1))
 	current, err := srv.Get(created.ID)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(current.Status).To(Equal(provider.StatusPending))
@@ -125,7 +126,7 @@ func TestWaitRetriesReset(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = srv.Decide(created.ID, provider.StatusDenied, "not today", nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultReset, Count: 1})).To(Succeed())
+	g.Expect(srv.Faults().Add(faults.Rule{Op: faults.OpGet, Kind: faults.Reset, Count: 1})).To(Succeed())
 	srv.ResetStats()
 
 	req, err := c.Wait(ctx, refFor(t, created.ID), 30*time.Second)
@@ -133,8 +134,8 @@ func TestWaitRetriesReset(t *testing.T) {
 	g.Expect(req.Status).To(Equal(provider.StatusDenied))
 	g.Expect(req.Decision.Note).To(Equal("not today"))
 	st := srv.Stats()
-	g.Expect(st.Faults[reference.FaultReset]).To(BeEquivalentTo(1))
-	g.Expect(st.Responses[reference.OpGet]).To(Equal(map[int]int64{0: 1, http.StatusOK: 1}))
+	g.Expect(st.Faults[faults.Reset]).To(BeEquivalentTo(1))
+	g.Expect(st.Responses[faults.OpGet]).To(Equal(map[int]int64{0: 1, http.StatusOK: 1}))
 }
 
 func TestCancelPendingThenAgain(t *testing.T) {
@@ -155,7 +156,7 @@ func TestCancelPendingThenAgain(t *testing.T) {
 		g.Expect(req.Decision.Status).To(Equal(provider.StatusCancelled))
 	}
 	st := srv.Stats()
-	g.Expect(st.Responses[reference.OpCancel]).To(Equal(map[int]int64{http.StatusOK: 2}), "DELETE, answered 200 both times")
+	g.Expect(st.Responses[faults.OpCancel]).To(Equal(map[int]int64{http.StatusOK: 2}), "DELETE, answered 200 both times")
 	g.Expect(st.Cancellations).To(BeEquivalentTo(1))
 	g.Expect(st.Gets).To(BeZero())
 }
@@ -168,7 +169,7 @@ func TestCancelTerminalReturnsRequest(t *testing.T) {
 			t.Parallel()
 			g := newG(t)
 			clk := clocktesting.NewFakeClock(time.Now())
-			srv, err := reference.New(reference.Options{DBPath: filepath.Join(t.TempDir(), "provider.db"), Credential: credential, Clock: clk})
+			srv, err := reference.New(reference.Options{DBPath: filepath.Join(t.TempDir(), "provider.db"), Credential: credential, Clock: clk, Faults: faults.New(0)})
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() { NewWithT(t).Expect(srv.Close()).To(Succeed()) })
 			url, err := srv.Start("127.0.0.1:0")
@@ -197,8 +198,8 @@ func TestCancelTerminalReturnsRequest(t *testing.T) {
 			g.Expect(req.Decision.Note).To(Equal(note))
 			g.Expect(req.Decision.ExpiresAt == nil).To(Equal(decided.Decision.ExpiresAt == nil))
 			st := srv.Stats()
-			g.Expect(st.Responses[reference.OpCancel]).To(Equal(map[int]int64{http.StatusConflict: 1}), "one 409, not retried")
-			g.Expect(st.Responses[reference.OpGet]).To(Equal(map[int]int64{http.StatusOK: 1}), "then one read")
+			g.Expect(st.Responses[faults.OpCancel]).To(Equal(map[int]int64{http.StatusConflict: 1}), "one 409, not retried")
+			g.Expect(st.Responses[faults.OpGet]).To(Equal(map[int]int64{http.StatusOK: 1}), "then one read")
 			g.Expect(st.Cancellations).To(BeZero())
 		})
 	}
@@ -215,7 +216,7 @@ func TestCancelRacingADecisionReturnsIt(t *testing.T) {
 			ctx := testContext(t)
 			created, err := c.Submit(ctx, submission("toolcall-uid-1"))
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(srv.Faults().Add(reference.FaultRule{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Decision: decision, Count: 1})).To(Succeed())
+			g.Expect(srv.Faults().Add(faults.Rule{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Decision: decision, Count: 1})).To(Succeed())
 
 			req, err := c.Cancel(ctx, refFor(t, created.ID))
 			g.Expect(err).NotTo(HaveOccurred())
@@ -224,8 +225,8 @@ func TestCancelRacingADecisionReturnsIt(t *testing.T) {
 				g.Expect(req.Decision.ExpiresAt).NotTo(BeNil())
 			}
 			st := srv.Stats()
-			g.Expect(st.Faults[reference.FaultDecideBeforeCancel]).To(BeEquivalentTo(1))
-			g.Expect(st.Responses[reference.OpCancel]).To(Equal(map[int]int64{http.StatusConflict: 1}))
+			g.Expect(st.Faults[faults.DecideBeforeCancel]).To(BeEquivalentTo(1))
+			g.Expect(st.Responses[faults.OpCancel]).To(Equal(map[int]int64{http.StatusConflict: 1}))
 			g.Expect(st.Cancellations).To(BeZero())
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // The admin API: approvers list and decide requests (of the instances they see), the admin also
@@ -27,10 +28,10 @@ type AdminRequest struct {
 func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /admin/v1/requests/{id}/decide", s.approverAPI(s.handleDecide))
 	mux.Handle("GET /admin/v1/requests", s.approverAPI(s.handleList))
-	mux.Handle("GET /admin/v1/faults", s.adminAPI(s.handleFaultsGet))
-	mux.Handle("POST /admin/v1/faults", s.adminAPI(s.handleFaultsAdd))
-	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.handleFaultsSet))
-	mux.Handle("DELETE /admin/v1/faults", s.adminAPI(s.handleFaultsClear))
+	mux.Handle("GET /admin/v1/faults", s.adminAPI(s.withFaults(s.handleFaultsGet)))
+	mux.Handle("POST /admin/v1/faults", s.adminAPI(s.withFaults(s.handleFaultsAdd)))
+	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.withFaults(s.handleFaultsSet)))
+	mux.Handle("DELETE /admin/v1/faults", s.adminAPI(s.withFaults(s.handleFaultsClear)))
 	mux.Handle("GET /admin/v1/stats", s.adminAPI(s.handleStats))
 	s.grantRoutes(mux)
 }
@@ -116,13 +117,23 @@ func (s *Server) handleList(r *http.Request, approver string) reply {
 	return success(http.StatusOK, out)
 }
 
+// withFaults answers 404 for a server without a fault injector (Options.Faults).
+func (s *Server) withFaults(h func(*http.Request) reply) func(*http.Request) reply {
+	return func(r *http.Request) reply {
+		if s.faults == nil {
+			return fail(provider.CodeNotFound, "this provider injects no faults: fault rules are a test hook, given with reference.Options.Faults")
+		}
+		return h(r)
+	}
+}
+
 func (s *Server) handleFaultsGet(*http.Request) reply {
 	return success(http.StatusOK, s.faults.Rules())
 }
 
 // handleFaultsAdd appends one rule (a JSON object).
 func (s *Server) handleFaultsAdd(r *http.Request) reply {
-	var rule FaultRule
+	var rule faults.Rule
 	if err := decodeJSON(r, &rule); err != nil {
 		return fail(provider.CodeInvalidRequest, err.Error())
 	}
@@ -131,7 +142,7 @@ func (s *Server) handleFaultsAdd(r *http.Request) reply {
 
 // handleFaultsSet replaces the rules (a JSON array).
 func (s *Server) handleFaultsSet(r *http.Request) reply {
-	var rules []FaultRule
+	var rules []faults.Rule
 	if err := decodeJSON(r, &rules); err != nil {
 		return fail(provider.CodeInvalidRequest, err.Error())
 	}
@@ -174,4 +185,16 @@ func decodeJSON(r *http.Request, into any) error {
 		return errors.New("the body is not valid: it has more after its JSON value")
 	}
 	return nil
+}
+
+// parseOptionalDuration reads a Go duration from an admin request's field; "" is 0.
+func parseOptionalDuration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", field, err)
+	}
+	return d, nil
 }

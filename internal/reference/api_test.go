@@ -12,6 +12,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 func TestSubmitCreatesPendingRequest(t *testing.T) {
@@ -57,7 +58,7 @@ func TestSubmitReplaysSameKeyAndFields(t *testing.T) {
 	s := e.stats()
 	e.g.Expect(s.Creates).To(BeEquivalentTo(1))
 	e.g.Expect(s.Replays).To(BeEquivalentTo(2))
-	e.g.Expect(s.Responses[reference.OpSubmit]).To(Equal(map[int]int64{201: 1, 200: 2}))
+	e.g.Expect(s.Responses[faults.OpSubmit]).To(Equal(map[int]int64{201: 1, 200: 2}))
 }
 
 func TestSubmitRefusesReusedKeyWithOtherFields(t *testing.T) {
@@ -201,7 +202,7 @@ func TestAuthentication(t *testing.T) {
 
 	e.g.Expect(e.srv.Get(id)).To(HaveField("Status", provider.StatusPending))
 	e.g.Expect(e.stats().Creates).To(BeEquivalentTo(1))
-	e.g.Expect(e.stats().Responses[reference.OpSubmit][http.StatusUnauthorized]).To(BeEquivalentTo(7))
+	e.g.Expect(e.stats().Responses[faults.OpSubmit][http.StatusUnauthorized]).To(BeEquivalentTo(7))
 }
 
 func TestAdminCredentialIsNeverAnInstanceCredential(t *testing.T) {

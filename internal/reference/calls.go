@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // call is one provider API call on its way through authentication, faults and its handler.
@@ -15,13 +16,13 @@ type call struct {
 	s     *Server
 	r     *http.Request
 	who   principal
-	fault *FaultRule
+	fault *faults.Rule
 }
 
 // delay runs a delay fault, if one fired on the call. It returns errAborted if the client goes away or the
 // server closes first.
 func (c *call) delay() error {
-	if c.fault == nil || c.fault.Kind != FaultDelay {
+	if c.fault == nil || c.fault.Kind != faults.Delay {
 		return nil
 	}
 	t := time.NewTimer(c.fault.Delay)
@@ -78,7 +79,7 @@ const maxIdempotencyKeyLen = 255
 // api wraps a provider API handler: it counts the call, authenticates it, checks the caller's role,
 // fires faults and writes (or withholds) the reply. The outcome is counted before the client can
 // see it.
-func (s *Server) api(op Operation, need role, h func(*call) reply) http.Handler {
+func (s *Server) api(op faults.Op, need role, h func(*call) reply) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.stats.call(op)
 		respond := func(rp reply) {
@@ -95,10 +96,10 @@ func (s *Server) api(op Operation, need role, h func(*call) reply) http.Handler 
 			return
 		}
 		c := &call{s: s, r: r, who: who}
-		if rule, fired := s.faults.fire(op); fired {
+		if rule, fired := s.faults.Fire(op); fired {
 			s.stats.fault(rule.Kind)
 			c.fault = &rule
-			if rule.Kind == FaultReset {
+			if rule.Kind == faults.Reset {
 				s.stats.response(op, 0)
 				closeConn(w, true)
 				return
@@ -109,7 +110,7 @@ func (s *Server) api(op Operation, need role, h func(*call) reply) http.Handler 
 			}
 		}
 		rp := h(c)
-		if c.fault != nil && c.fault.Kind == FaultDropAfterCommit {
+		if c.fault != nil && c.fault.Kind == faults.DropAfterCommit {
 			s.stats.response(op, 0)
 			closeConn(w, false)
 			return
@@ -120,13 +121,13 @@ func (s *Server) api(op Operation, need role, h func(*call) reply) http.Handler 
 
 // preempt returns the reply of a fault that answers instead of the operation. A 500 or 503 is an
 // ErrorResponse; any other 5xx is plain text, as an intermediary in front of a provider sends it.
-func preempt(rule FaultRule) (reply, bool) {
+func preempt(rule faults.Rule) (reply, bool) {
 	var rp reply
 	switch rule.Kind {
-	case FaultRateLimit:
+	case faults.RateLimit:
 		return fail(provider.CodeRateLimited, "injected rate limit: retry after the Retry-After delay").
 			with("Retry-After", retryAfter(rule.RetryAfter)), true
-	case FaultError5xx:
+	case faults.Error5xx:
 		switch rule.Status {
 		case http.StatusInternalServerError:
 			rp = fail(provider.CodeInternal, "injected internal error")

@@ -19,6 +19,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // 1. Authenticate credentials and authorize access to requests.
@@ -92,7 +93,7 @@ func TestProvider02_SupportsCreationRetrievalLongPollingAndCancellation(t *testi
 func TestProvider03_PreservesRequestIdentityAcrossRetriesAndRejectsConflictingKeyReuse(t *testing.T) {
 	e := start(t)
 	// A lost response: the request was created; the retry with the same key recovers it.
-	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Set(faults.Rule{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Count: 1})).To(Succeed())
 	_, err := e.try(e.submitRequest("attempt-1", refund()))
 	e.g.Expect(err).To(HaveOccurred())
 	recovered := e.expectRequest(e.submit("attempt-1", []byte(`{"timeout":"30m","arguments":{"currency":"GBP","amount":4900,"payment_id":"payment_123"},"tool":"issue_refund"}`)), http.StatusOK)
@@ -166,7 +167,7 @@ func TestProvider04_RecordsOnlyOneTerminalOutcomePerRequest(t *testing.T) {
 	}
 
 	// A decision that lands just before the cancellation: the DELETE gets 409 and the decision stands.
-	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Kind: reference.FaultDecideBeforeCancel, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Set(faults.Rule{Kind: faults.DecideBeforeCancel, Count: 1})).To(Succeed())
 	raced := e.create("raced")
 	e.expectError(e.cancel(raced.ID), http.StatusConflict, provider.CodeAlreadyTerminal)
 	e.g.Expect(e.expectRequest(e.get(raced.ID, ""), http.StatusOK).Status).To(Equal(provider.StatusApproved))
@@ -428,7 +429,7 @@ func TestProvider12_InstanceUpdatesAndDeletionAreSafeToRetry(t *testing.T) {
 	e.g.Expect(e.expectInstance(e.instance(id)).Name).To(Equal("c"), "the later update stands")
 
 	// A deletion whose answer was lost is retried: 204 again, as long as the record is kept.
-	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpInstances, Kind: reference.FaultDropAfterCommit, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Set(faults.Rule{Op: faults.OpInstances, Kind: faults.DropAfterCommit, Count: 1})).To(Succeed())
 	_, err := e.try(e.requestAs(provisioner, http.MethodDelete, "/v1/instances/"+id, nil))
 	e.g.Expect(err).To(HaveOccurred())
 	for range 2 {

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // Notification delivery. When a request of an instance with a receiver becomes terminal (a decision,
@@ -283,13 +285,13 @@ var errDroppedAttempt = errors.New("injected fault: delivery attempt dropped")
 // when the server closed during a delay fault (nothing was sent or recorded).
 func (s *Server) sendAttempt(cfg *deliveryConfig, ev eventRecord, deadline time.Time) (resp *http.Response, ended bool, err error) {
 	d := s.deliveries
-	rule, fired := s.faults.fire(OpDeliver)
+	rule, fired := s.faults.Fire(faults.OpDeliver)
 	if fired {
 		s.stats.fault(rule.Kind)
 		switch rule.Kind {
-		case FaultDropDelivery:
+		case faults.DropDelivery:
 			return nil, false, errDroppedAttempt
-		case FaultDelay:
+		case faults.Delay:
 			t := time.NewTimer(rule.Delay)
 			defer t.Stop()
 			select {
@@ -303,7 +305,7 @@ func (s *Server) sendAttempt(cfg *deliveryConfig, ev eventRecord, deadline time.
 	ctx, cancel := context.WithTimeout(d.ctx, timeout)
 	defer cancel()
 	var twin sync.WaitGroup
-	if fired && rule.Kind == FaultDuplicate {
+	if fired && rule.Kind == faults.Duplicate {
 		// The same event (id and body) sent a second time, racing the first; only the first's answer counts.
 		twin.Add(1)
 		go func() {

@@ -12,6 +12,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	"toolgate.dev/toolgate/test/testcert"
 )
 
@@ -248,10 +249,10 @@ func TestDeliveryFaults(t *testing.T) {
 	res := e.hooked("p-"+uuid.NewString(), rc)
 	req := e.createAs(res.Credential.Token, "r-"+uuid.NewString())
 	g.Expect(e.srv.Faults().Set(
-		reference.FaultRule{Kind: reference.FaultError5xx, Count: 1},
-		reference.FaultRule{Kind: reference.FaultDropDelivery, Count: 1},
+		faults.Rule{Kind: faults.Error5xx, Count: 1},
+		faults.Rule{Kind: faults.DropDelivery, Count: 1},
 	)).To(Succeed())
-	g.Expect(e.srv.Faults().Rules()[1].Op).To(Equal(reference.OpDeliver), "drop is a delivery fault")
+	g.Expect(e.srv.Faults().Rules()[1].Op).To(Equal(faults.OpDeliver), "drop is a delivery fault")
 	_, err := e.srv.Decide(req.ID, provider.StatusApproved, "", nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(e.failures()).Should(BeEquivalentTo(1), "the dropped attempt")
@@ -260,7 +261,7 @@ func TestDeliveryFaults(t *testing.T) {
 	e.clock.Step(12 * time.Second)
 	g.Eventually(func() int64 { return e.stats().Delivered }).Should(BeEquivalentTo(1), "retried")
 
-	g.Expect(e.srv.Faults().Set(reference.FaultRule{Kind: reference.FaultDuplicate, Count: 1})).To(Succeed())
+	g.Expect(e.srv.Faults().Set(faults.Rule{Kind: faults.Duplicate, Count: 1})).To(Succeed())
 	e.approveOne(rc)
 	g.Eventually(func() []message { return rc.events() }).Should(HaveLen(3))
 	twins := rc.events()[1:]
@@ -268,18 +269,18 @@ func TestDeliveryFaults(t *testing.T) {
 	g.Expect(twins[0].Body).To(Equal(twins[1].Body))
 	g.Eventually(func() int64 { return e.stats().Delivered }).Should(BeEquivalentTo(2))
 
-	g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpDeliver, Kind: reference.FaultDelay, Delay: time.Second, Count: 1})).To(Succeed())
+	g.Expect(e.srv.Faults().Set(faults.Rule{Op: faults.OpDeliver, Kind: faults.Delay, Delay: time.Second, Count: 1})).To(Succeed())
 	e.approveOne(rc)
 	e.approveOne(rc)
 	g.Eventually(func() []message { return rc.events() }).Should(HaveLen(5))
 	late := rc.events()
 	g.Expect(late[3].Header.Get("webhook-id")).NotTo(Equal(late[4].Header.Get("webhook-id")))
-	g.Expect(e.stats().Faults).To(And(HaveKeyWithValue(reference.FaultDropDelivery, BeEquivalentTo(1)),
-		HaveKeyWithValue(reference.FaultDuplicate, BeEquivalentTo(1)), HaveKeyWithValue(reference.FaultDelay, BeEquivalentTo(1))))
+	g.Expect(e.stats().Faults).To(And(HaveKeyWithValue(faults.DropDelivery, BeEquivalentTo(1)),
+		HaveKeyWithValue(faults.Duplicate, BeEquivalentTo(1)), HaveKeyWithValue(faults.Delay, BeEquivalentTo(1))))
 
-	for _, bad := range []reference.FaultRule{
-		{Op: reference.OpGet, Kind: reference.FaultDropDelivery, Count: 1},
-		{Op: reference.OpDeliver, Kind: reference.FaultReset, Count: 1},
+	for _, bad := range []faults.Rule{
+		{Op: faults.OpGet, Kind: faults.DropDelivery, Count: 1},
+		{Op: faults.OpDeliver, Kind: faults.Reset, Count: 1},
 	} {
 		g.Expect(e.srv.Faults().Set(bad)).NotTo(Succeed(), "%+v", bad)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 const (
@@ -51,6 +52,7 @@ func start(t *testing.T, options ...func(*reference.Options)) *env {
 		ProvisionerToken: provisioner,
 		AdminCredential:  adminCredential,
 		Clock:            clk,
+		Faults:           faults.New(0),
 	}
 	for _, o := range options {
 		o(&opts)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // reply is what a handler answers. A zero status writes nothing (the client went away).
@@ -78,13 +79,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		write(w, success(http.StatusOK, map[string]string{"status": "ok"}))
 	})
-	mux.Handle("POST /v1/requests", s.api(OpSubmit, roleInstance, s.handleSubmit))
-	mux.Handle("GET /v1/requests/{id}", s.api(OpGet, roleInstance, s.handleGet))
-	mux.Handle("DELETE /v1/requests/{id}", s.api(OpCancel, roleInstance, s.handleCancel))
-	mux.Handle("POST /v1/instances", s.api(OpInstances, roleProvisioner, s.handleProvision))
-	mux.Handle("GET /v1/instances/{id}", s.api(OpInstances, roleProvisioner, s.handleGetInstance))
-	mux.Handle("PATCH /v1/instances/{id}", s.api(OpInstances, roleProvisioner, s.handleUpdateInstance))
-	mux.Handle("DELETE /v1/instances/{id}", s.api(OpInstances, roleProvisioner, s.handleDeleteInstance))
+	mux.Handle("POST /v1/requests", s.api(faults.OpSubmit, roleInstance, s.handleSubmit))
+	mux.Handle("GET /v1/requests/{id}", s.api(faults.OpGet, roleInstance, s.handleGet))
+	mux.Handle("DELETE /v1/requests/{id}", s.api(faults.OpCancel, roleInstance, s.handleCancel))
+	mux.Handle("POST /v1/instances", s.api(faults.OpInstances, roleProvisioner, s.handleProvision))
+	mux.Handle("GET /v1/instances/{id}", s.api(faults.OpInstances, roleProvisioner, s.handleGetInstance))
+	mux.Handle("PATCH /v1/instances/{id}", s.api(faults.OpInstances, roleProvisioner, s.handleUpdateInstance))
+	mux.Handle("DELETE /v1/instances/{id}", s.api(faults.OpInstances, roleProvisioner, s.handleDeleteInstance))
 	s.adminRoutes(mux)
 	for path, methods := range operations {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {

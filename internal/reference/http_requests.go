@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // maxWait caps a long poll, as AAP does (Options.MaxWait may cap it lower).
@@ -94,11 +95,11 @@ func (s *Server) handleCancel(c *call) reply {
 	if err := c.delay(); err != nil {
 		return reply{}
 	}
-	if c.fault != nil && c.fault.Kind == FaultDecideBeforeCancel {
+	if c.fault != nil && c.fault.Kind == faults.DecideBeforeCancel {
 		if !s.decideBeforeCancel(c.who.instance, id, c.fault.Decision) && c.fault.Count > 0 {
 			// A counted race that met no pending request is kept for the next cancellation, so
 			// that it races a decision as it is meant to.
-			_ = s.faults.Add(FaultRule{Op: OpCancel, Kind: FaultDecideBeforeCancel, Count: 1, Decision: c.fault.Decision})
+			_ = s.faults.Add(faults.Rule{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Count: 1, Decision: c.fault.Decision})
 		}
 	}
 	rec, err := s.cancelAs(c.who.instance, id)

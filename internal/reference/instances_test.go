@@ -14,6 +14,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // provisionResponse sends POST /v1/instances with the provisioner token.
@@ -190,7 +191,7 @@ func TestNoProvisionerWithoutAToken(t *testing.T) {
 // Instance operations take faults too (op instances, or any).
 func TestFaultsOnInstanceOperations(t *testing.T) {
 	e := start(t)
-	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpInstances, Kind: reference.FaultDropAfterCommit, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Set(faults.Rule{Op: faults.OpInstances, Kind: faults.DropAfterCommit, Count: 1})).To(Succeed())
 	req := e.requestAs(provisioner, http.MethodPost, "/v1/instances", []byte(`{"instance_name":"lost"}`))
 	req.Header.Set(provider.HeaderIdempotencyKey, "lost")
 	_, err := e.try(req)
@@ -198,7 +199,7 @@ func TestFaultsOnInstanceOperations(t *testing.T) {
 	res := e.provision("lost", `{"instance_name":"lost"}`, http.StatusOK) // committed: the replay recovers it
 	e.g.Expect(res.Instance.Name).To(Equal("lost"))
 	e.g.Expect(e.stats().Instances).To(BeEquivalentTo(2))
-	e.g.Expect(e.stats().Responses[reference.OpInstances]).To(Equal(map[int]int64{0: 1, 200: 1}))
+	e.g.Expect(e.stats().Responses[faults.OpInstances]).To(Equal(map[int]int64{0: 1, 200: 1}))
 }
 
 // With a credential lifetime, provisioning gives the credential's expires_at (replays the same), the

@@ -11,6 +11,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // poll runs a long poll in the background; its result arrives on the returned channel.
@@ -90,7 +91,7 @@ func TestLongPollEndsWhenClientGoesAway(t *testing.T) {
 	cancel()
 	e.g.Eventually(polled).Should(Receive())
 	e.g.Eventually(func() int64 { return e.stats().Waiting }).Should(BeZero())
-	e.g.Eventually(func() int64 { return e.stats().Responses[reference.OpGet][0] }).Should(BeEquivalentTo(1))
+	e.g.Eventually(func() int64 { return e.stats().Responses[faults.OpGet][0] }).Should(BeEquivalentTo(1))
 }
 
 func TestLongPollReturnsWhenServerCloses(t *testing.T) {
@@ -169,7 +170,7 @@ func TestConcurrentSubmissionsWithOneKeyCreateOneRequest(t *testing.T) {
 // committed, the waiting one creates the request.
 func TestSubmissionsWithOneKeyWaitForEachOther(t *testing.T) {
 	e := start(t)
-	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultDelay, Delay: time.Minute, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Set(faults.Rule{Op: faults.OpSubmit, Kind: faults.Delay, Delay: time.Minute, Count: 1})).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	delayed := make(chan error, 1)
 	go func() {

@@ -14,6 +14,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	"toolgate.dev/toolgate/test/testcert"
 )
 
@@ -76,7 +77,7 @@ func TestServeTLS(t *testing.T) {
 	e := start(t)
 	ca := testcert.NewCA(t, "reference provider test CA")
 	e.g.Expect(e.srv.Close()).To(Succeed())
-	s, err := reference.New(reference.Options{Credential: credential, Clock: e.clock})
+	s, err := reference.New(reference.Options{Credential: credential, Clock: e.clock, Faults: faults.New(0)})
 	e.g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { e.g.Expect(s.Close()).To(Succeed()) })
 	url, err := s.StartTLS("127.0.0.1:0", ca.ServerCert(t))
@@ -86,7 +87,7 @@ func TestServeTLS(t *testing.T) {
 	e.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 
 	id := e.create("key-1").ID
-	e.g.Expect(e.srv.Faults().Set(reference.FaultRule{Op: reference.OpGet, Kind: reference.FaultReset, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Set(faults.Rule{Op: faults.OpGet, Kind: faults.Reset, Count: 1})).To(Succeed())
 	_, err = e.try(e.request(http.MethodGet, "/v1/requests/"+id, nil))
 	e.g.Expect(errors.Is(err, syscall.ECONNRESET)).To(BeTrue(), "%v", err)
 	e.expectRequest(e.get(id, ""), http.StatusOK)

@@ -13,6 +13,7 @@ import (
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 func seedProfile(o *reference.Options) { o.Profile = reference.ProfileSeed }
@@ -131,8 +132,8 @@ func TestSeedProfileErrorsArePlainText(t *testing.T) {
 // Injected faults answer in the profile's format too.
 func TestSeedProfileFaultsArePlainText(t *testing.T) {
 	e := start(t, seedProfile)
-	e.g.Expect(e.srv.Faults().Add(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultRateLimit, RetryAfter: time.Second, Count: 1})).To(Succeed())
-	e.g.Expect(e.srv.Faults().Add(reference.FaultRule{Op: reference.OpSubmit, Kind: reference.FaultError5xx, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Add(faults.Rule{Op: faults.OpSubmit, Kind: faults.RateLimit, RetryAfter: time.Second, Count: 1})).To(Succeed())
+	e.g.Expect(e.srv.Faults().Add(faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Count: 1})).To(Succeed())
 	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
 		r := e.submit("key-1", refund())
 		e.g.Expect(r.status).To(Equal(status))

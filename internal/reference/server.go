@@ -1,8 +1,9 @@
 // Package reference is a complete approvals provider that speaks the Agent Approval Protocol v1
 // (AAP): requests, long polls, cancellation and instances. It stores requests, instances and
-// idempotency keys in bbolt, decides requests through an admin API, an approval page (or Go methods),
-// and injects faults on demand, so that it serves both as a local provider and as the test double
-// against which the client's behaviour under failures is checked.
+// idempotency keys in bbolt, and decides requests through an admin API, an approval page (or Go
+// methods). Given a fault injector (Options.Faults, package faults), it also fails on demand, so that
+// it serves as the test double against which the client's behaviour under failures is checked;
+// `reference-provider serve` runs without one.
 package reference
 
 import (
@@ -22,6 +23,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
+
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // MinRetention is the shortest retention AAP allows: a terminal request and its idempotency key are
@@ -74,8 +77,10 @@ type Options struct {
 	// DefaultApprovalValidity is how long an approval stays valid when the decision does not say.
 	// Default: 5m.
 	DefaultApprovalValidity time.Duration
-	// FaultSeed seeds the source that probabilistic fault rules draw from.
-	FaultSeed uint64
+	// Faults injects the faults of its rules into calls of the provider API and notification
+	// deliveries, for tests; nil (the default, and `reference-provider serve`) injects none, and the
+	// admin API's /admin/v1/faults then answers 404.
+	Faults *faults.Injector
 	// HTTP2 offers HTTP/2 on TLS (StartTLS), as most HTTPS providers do: many long polls then share a
 	// few connections. Connection faults (reset, drop after commit) then act on every stream of the
 	// connection, so fault tests leave it off.
@@ -215,7 +220,7 @@ type Server struct {
 	admin           [sha256.Size]byte
 	approvers       map[[sha256.Size]byte]string // credential hash -> approver name
 	defaultInstance instanceRecord
-	faults          *Faults
+	faults          *faults.Injector
 	stats           statsRecorder
 	handler         http.Handler
 	webhooks        *http.Client // reaches webhook receivers
@@ -276,7 +281,7 @@ func New(opts Options) (*Server, error) {
 		admin:           sha256.Sum256([]byte(opts.AdminCredential)),
 		approvers:       approvers,
 		defaultInstance: instanceRecord{ID: defaultInstanceID, Name: DefaultInstanceName},
-		faults:          newFaults(opts.FaultSeed),
+		faults:          opts.Faults,
 		done:            make(chan struct{}),
 		pending:         map[string]*watch{},
 		instances:       map[string]instanceRecord{},
@@ -332,8 +337,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Profile returns the wire format the provider API speaks.
 func (s *Server) Profile() Profile { return s.opts.Profile }
 
-// Faults returns the server's fault rules, to change at runtime.
-func (s *Server) Faults() *Faults { return s.faults }
+// Faults returns the server's fault injector (Options.Faults), to change its rules at runtime; nil
+// when it has none.
+func (s *Server) Faults() *faults.Injector { return s.faults }
 
 // Stats returns a snapshot of the server's counters.
 func (s *Server) Stats() Stats { return s.stats.snapshot() }

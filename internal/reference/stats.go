@@ -3,6 +3,8 @@ package reference
 import (
 	"maps"
 	"sync"
+
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // Stats counts what a Server has done since it was created (or since ResetStats).
@@ -25,15 +27,15 @@ type Stats struct {
 	Expiries       int64 `json:"expiries"` // pending requests whose deadline passed
 
 	// FaultsFired counts fired fault rules; Faults splits them by kind.
-	FaultsFired int64               `json:"faults_fired"`
-	Faults      map[FaultKind]int64 `json:"faults"`
+	FaultsFired int64                 `json:"faults_fired"`
+	Faults      map[faults.Kind]int64 `json:"faults"`
 
 	// Purged counts the terminal requests removed once their retention ended.
 	Purged int64 `json:"purged"`
 
 	// Responses counts calls by operation and HTTP status. Status 0 means no response was written: the
 	// connection was dropped or reset, or the client went away first.
-	Responses map[Operation]map[int]int64 `json:"responses"`
+	Responses map[faults.Op]map[int]int64 `json:"responses"`
 
 	// Webhooks: receiver verifications sent, notification delivery attempts made, and their outcomes:
 	// acknowledged (Delivered), failed (DeliveryFailures: an error, a timeout or a status other than
@@ -70,7 +72,7 @@ func (r *statsRecorder) snapshot() Stats {
 	defer r.mu.Unlock()
 	s := r.s
 	s.Faults = maps.Clone(r.s.Faults)
-	s.Responses = make(map[Operation]map[int]int64, len(r.s.Responses))
+	s.Responses = make(map[faults.Op]map[int]int64, len(r.s.Responses))
 	for op, byStatus := range r.s.Responses {
 		s.Responses[op] = maps.Clone(byStatus)
 	}
@@ -82,25 +84,25 @@ func (r *statsRecorder) reset() {
 	r.update(func(s *Stats) { *s = Stats{Waiting: s.Waiting, InFlight: s.InFlight, KeyWaits: s.KeyWaits} })
 }
 
-func (r *statsRecorder) call(op Operation) {
+func (r *statsRecorder) call(op faults.Op) {
 	r.update(func(s *Stats) {
 		switch op {
-		case OpSubmit:
+		case faults.OpSubmit:
 			s.Submits++
-		case OpGet:
+		case faults.OpGet:
 			s.Gets++
-		case OpCancel:
+		case faults.OpCancel:
 			s.Cancels++
-		case OpInstances:
+		case faults.OpInstances:
 			s.Instances++
 		}
 	})
 }
 
-func (r *statsRecorder) response(op Operation, status int) {
+func (r *statsRecorder) response(op faults.Op, status int) {
 	r.update(func(s *Stats) {
 		if s.Responses == nil {
-			s.Responses = map[Operation]map[int]int64{}
+			s.Responses = map[faults.Op]map[int]int64{}
 		}
 		if s.Responses[op] == nil {
 			s.Responses[op] = map[int]int64{}
@@ -109,10 +111,10 @@ func (r *statsRecorder) response(op Operation, status int) {
 	})
 }
 
-func (r *statsRecorder) fault(kind FaultKind) {
+func (r *statsRecorder) fault(kind faults.Kind) {
 	r.update(func(s *Stats) {
 		if s.Faults == nil {
-			s.Faults = map[FaultKind]int64{}
+			s.Faults = map[faults.Kind]int64{}
 		}
 		s.Faults[kind]++
 		s.FaultsFired++

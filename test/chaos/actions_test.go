@@ -15,7 +15,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -230,23 +230,23 @@ func act(ctx context.Context, h *th.Harness, c *call, id string) {
 // already_terminal, the third commits and loses its response, the fourth meets a 502 from an
 // intermediary (plain text). The first long poll is held past the client's timeout. After those, the
 // same faults fire at random.
-func faultRules() []reference.FaultRule {
-	return []reference.FaultRule{
-		{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Count: 1, Decision: provider.StatusApproved},
-		{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Count: 1, Decision: provider.StatusDenied},
-		{Op: reference.OpCancel, Kind: reference.FaultDropAfterCommit, Count: 1},
-		{Op: reference.OpCancel, Kind: reference.FaultError5xx, Count: 1, Status: 502},
-		{Op: reference.OpGet, Kind: reference.FaultDelay, Count: 1, Delay: heldPoll},
+func faultRules() []faults.Rule {
+	return []faults.Rule{
+		{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Count: 1, Decision: provider.StatusApproved},
+		{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Count: 1, Decision: provider.StatusDenied},
+		{Op: faults.OpCancel, Kind: faults.DropAfterCommit, Count: 1},
+		{Op: faults.OpCancel, Kind: faults.Error5xx, Count: 1, Status: 502},
+		{Op: faults.OpGet, Kind: faults.Delay, Count: 1, Delay: heldPoll},
 
-		{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Probability: 0.08, Decision: provider.StatusApproved},
-		{Op: reference.OpCancel, Kind: reference.FaultDecideBeforeCancel, Probability: 0.04, Decision: provider.StatusDenied},
-		{Op: reference.OpCancel, Kind: reference.FaultDropAfterCommit, Probability: 0.08},
-		{Op: reference.OpCancel, Kind: reference.FaultError5xx, Probability: 0.06, Status: 502},
-		{Op: reference.OpAny, Kind: reference.FaultError5xx, Probability: 0.06, Status: 503},
-		{Op: reference.OpSubmit, Kind: reference.FaultDropAfterCommit, Probability: 0.08},
-		{Op: reference.OpGet, Kind: reference.FaultDelay, Probability: 0.02, Delay: heldPoll},
-		{Op: reference.OpAny, Kind: reference.FaultReset, Probability: 0.04},
-		{Op: reference.OpAny, Kind: reference.FaultRateLimit, Probability: 0.04, RetryAfter: time.Second},
+		{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Probability: 0.08, Decision: provider.StatusApproved},
+		{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Probability: 0.04, Decision: provider.StatusDenied},
+		{Op: faults.OpCancel, Kind: faults.DropAfterCommit, Probability: 0.08},
+		{Op: faults.OpCancel, Kind: faults.Error5xx, Probability: 0.06, Status: 502},
+		{Op: faults.OpAny, Kind: faults.Error5xx, Probability: 0.06, Status: 503},
+		{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Probability: 0.08},
+		{Op: faults.OpGet, Kind: faults.Delay, Probability: 0.02, Delay: heldPoll},
+		{Op: faults.OpAny, Kind: faults.Reset, Probability: 0.04},
+		{Op: faults.OpAny, Kind: faults.RateLimit, Probability: 0.04, RetryAfter: time.Second},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	"toolgate.dev/toolgate/test/testcert"
 	th "toolgate.dev/toolgate/test/testharness"
 )
@@ -207,15 +208,15 @@ func keysOf(h *th.Harness, instances []string) func() (map[string]string, error)
 
 // deliveryFaultRules are the faults on notification deliveries in asynchronous mode: the first
 // attempts meet one of each for certain (a drop, a duplicate, a delay), then they fire at random.
-func deliveryFaultRules() []reference.FaultRule {
-	return []reference.FaultRule{
-		{Op: reference.OpDeliver, Kind: reference.FaultDropDelivery, Count: 1},
-		{Op: reference.OpDeliver, Kind: reference.FaultDuplicate, Count: 1},
-		{Op: reference.OpDeliver, Kind: reference.FaultDelay, Count: 1, Delay: reorderDelay},
+func deliveryFaultRules() []faults.Rule {
+	return []faults.Rule{
+		{Op: faults.OpDeliver, Kind: faults.DropDelivery, Count: 1},
+		{Op: faults.OpDeliver, Kind: faults.Duplicate, Count: 1},
+		{Op: faults.OpDeliver, Kind: faults.Delay, Count: 1, Delay: reorderDelay},
 
-		{Op: reference.OpDeliver, Kind: reference.FaultDropDelivery, Probability: 0.10},
-		{Op: reference.OpDeliver, Kind: reference.FaultDuplicate, Probability: 0.08},
-		{Op: reference.OpDeliver, Kind: reference.FaultDelay, Probability: 0.05, Delay: reorderDelay},
+		{Op: faults.OpDeliver, Kind: faults.DropDelivery, Probability: 0.10},
+		{Op: faults.OpDeliver, Kind: faults.Duplicate, Probability: 0.08},
+		{Op: faults.OpDeliver, Kind: faults.Delay, Probability: 0.05, Delay: reorderDelay},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -276,7 +277,7 @@ func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call, versio
 	}
 	rep.stats = h.Provider.Stats()
 	for _, rule := range h.Provider.Faults().Rules() {
-		if rule.Kind == reference.FaultDecideBeforeCancel && rule.Count > 0 {
+		if rule.Kind == faults.DecideBeforeCancel && rule.Count > 0 {
 			rep.racesLeft++
 		}
 	}
@@ -355,7 +356,7 @@ func eventsOf(ctx context.Context, h *th.Harness, name string) string {
 // evidence checks that the run did what it is meant to prove things under: kills, faults of every
 // kind (on deliveries too, in asynchronous mode), races between decisions and cancellations, valid
 // approvals with time to run, and in asynchronous mode notifications delivered and recorded.
-func (r *report) evidence(rules []reference.FaultRule, duringChaos reference.Stats) {
+func (r *report) evidence(rules []faults.Rule, duringChaos reference.Stats) {
 	if want := minKills(r.window); r.kills < want || r.kills == 0 {
 		r.flag(invFewKills, "%d kills in %s, at least %d expected (a kill at most every %s)", r.kills, r.window.Round(time.Second), max(want, 1), *killMax)
 	}
@@ -366,7 +367,7 @@ func (r *report) evidence(rules []reference.FaultRule, duringChaos reference.Sta
 	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
-		if duringChaos.Faults[reference.FaultKind(k)] == 0 {
+		if duringChaos.Faults[faults.Kind(k)] == 0 {
 			r.flag(invFaultsMissing, "%s never fired (%d submits, %d gets, %d cancels, %d delivery attempts)", k,
 				duringChaos.Submits, duringChaos.Gets, duringChaos.Cancels, duringChaos.DeliveryAttempts)
 		}
@@ -378,7 +379,7 @@ func (r *report) evidence(rules []reference.FaultRule, duringChaos reference.Sta
 		// The figures say which side to look at: DELETEs that met no pending request (the provider's
 		// counts), or races the provider made that the audit did not find.
 		r.flag(invNoRace, "%d DELETEs, no request decided by a racing decision; the provider's counts by the audit: %d pending requests cancelled, %d decided by a racing decision, %d counted races still waiting for a pending request, DELETE answers %s",
-			duringChaos.Cancels, r.stats.Cancellations, r.stats.RacedDecisions, r.racesLeft, answers(r.stats.Responses[reference.OpCancel]))
+			duringChaos.Cancels, r.stats.Cancellations, r.stats.RacedDecisions, r.racesLeft, answers(r.stats.Responses[faults.OpCancel]))
 	}
 	timeToRun, valid := 0, 0
 	for _, c := range r.all {

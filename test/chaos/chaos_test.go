@@ -41,6 +41,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -85,7 +86,7 @@ func runChaos(t *testing.T, v variant, s uint64) {
 	g := NewWithT(t)
 	t.Logf("chaos: %d ToolCalls, seed %d (rerun with -chaos.seed=%d), provider profile %s, %s", *calls, s, s, v.profile, v.mode())
 
-	opts := []th.Option{th.WithoutManager(), th.WithProfile(v.profile), th.WithProvider(func(o *reference.Options) { o.FaultSeed = s }),
+	opts := []th.Option{th.WithoutManager(), th.WithProfile(v.profile), th.WithProvider(func(o *reference.Options) { o.Faults = faults.New(s) }),
 		th.WithProvider(debugProvider(t, v.name))}
 	var recv *receiver // the manager's webhook receiver, in asynchronous mode
 	token := th.Credential

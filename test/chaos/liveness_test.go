@@ -7,6 +7,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // The liveness bound. A decision the manager can act on reaches a Job within a few manager lives,
@@ -141,18 +142,18 @@ func minKills(window time.Duration) int {
 // the provider served: a counted rule is certain to fire once its operation has had as many calls as
 // there are counted rules up to it; a random one is counted on once the chance that it never fired is
 // below one in a million.
-func expectedFaults(rules []reference.FaultRule, st reference.Stats) map[reference.FaultKind]bool {
-	calls := map[reference.Operation]int64{
-		reference.OpSubmit: st.Submits, reference.OpGet: st.Gets, reference.OpCancel: st.Cancels,
-		reference.OpDeliver: st.DeliveryAttempts,
+func expectedFaults(rules []faults.Rule, st reference.Stats) map[faults.Kind]bool {
+	calls := map[faults.Op]int64{
+		faults.OpSubmit: st.Submits, faults.OpGet: st.Gets, faults.OpCancel: st.Cancels,
+		faults.OpDeliver: st.DeliveryAttempts,
 	}
-	want := map[reference.FaultKind]bool{}
+	want := map[faults.Kind]bool{}
 	for op, n := range calls {
 		counted := int64(0)
 		miss := 1.0 // chance that a call of op escapes every random rule before the current one
 		for _, r := range rules {
 			// Rules of op any act on the provider API's calls, not on deliveries.
-			if r.Op != op && (r.Op != reference.OpAny || op == reference.OpDeliver) {
+			if r.Op != op && (r.Op != faults.OpAny || op == faults.OpDeliver) {
 				continue
 			}
 			if r.Probability == 0 {

@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 // The run's choices come from the seed alone: the same seed and index give the same plan, whatever
@@ -39,22 +40,22 @@ func TestExpectedFaults(t *testing.T) {
 	tests := []struct {
 		name                  string
 		submits, gets, cancel int64
-		want                  []reference.FaultKind
+		want                  []faults.Kind
 	}{
 		{name: "no calls", want: nil},
-		{name: "one GET meets the counted delay", gets: 1, want: []reference.FaultKind{reference.FaultDelay}},
+		{name: "one GET meets the counted delay", gets: 1, want: []faults.Kind{faults.Delay}},
 		{name: "three DELETEs: two races and a lost response", cancel: 3,
-			want: []reference.FaultKind{reference.FaultDecideBeforeCancel, reference.FaultDropAfterCommit}},
+			want: []faults.Kind{faults.DecideBeforeCancel, faults.DropAfterCommit}},
 		{name: "four DELETEs add the 502", cancel: 4,
-			want: []reference.FaultKind{reference.FaultDecideBeforeCancel, reference.FaultDropAfterCommit, reference.FaultError5xx}},
+			want: []faults.Kind{faults.DecideBeforeCancel, faults.DropAfterCommit, faults.Error5xx}},
 		{name: "a short run's numbers", submits: 80, gets: 400, cancel: 20,
-			want: []reference.FaultKind{reference.FaultDecideBeforeCancel, reference.FaultDropAfterCommit, reference.FaultError5xx,
-				reference.FaultDelay, reference.FaultReset, reference.FaultRateLimit}},
+			want: []faults.Kind{faults.DecideBeforeCancel, faults.DropAfterCommit, faults.Error5xx,
+				faults.Delay, faults.Reset, faults.RateLimit}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := expectedFaults(rules, reference.Stats{Submits: tt.submits, Gets: tt.gets, Cancels: tt.cancel})
-			want := map[reference.FaultKind]bool{}
+			want := map[faults.Kind]bool{}
 			for _, k := range tt.want {
 				want[k] = true
 			}
@@ -101,9 +102,9 @@ func TestLateness(t *testing.T) {
 func TestExpectedDeliveryFaults(t *testing.T) {
 	g := NewWithT(t)
 	rules := append(faultRules(), deliveryFaultRules()...)
-	g.Expect(expectedFaults(rules, reference.Stats{DeliveryAttempts: 2})).To(Equal(map[reference.FaultKind]bool{
-		reference.FaultDropDelivery: true, reference.FaultDuplicate: true}))
-	g.Expect(expectedFaults(rules, reference.Stats{DeliveryAttempts: 3})).To(HaveKey(reference.FaultDelay))
+	g.Expect(expectedFaults(rules, reference.Stats{DeliveryAttempts: 2})).To(Equal(map[faults.Kind]bool{
+		faults.DropDelivery: true, faults.Duplicate: true}))
+	g.Expect(expectedFaults(rules, reference.Stats{DeliveryAttempts: 3})).To(HaveKey(faults.Delay))
 	g.Expect(expectedFaults(faultRules(), reference.Stats{DeliveryAttempts: 1000})).To(BeEmpty(), "no delivery faults in synchronous mode")
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
 func (r *report) print(t *testing.T) {
@@ -22,7 +22,7 @@ func (r *report) print(t *testing.T) {
 			r.stats.DeliveryAttempts, r.stats.Delivered, r.stats.DeliveryFailures, r.stats.DeliveriesAbandoned, r.notified)
 	}
 	fmt.Fprintf(&b, "DELETEs: %d, answered %s; %d requests cancelled, %d decided by a decision racing a DELETE (the provider counts %d)\n",
-		r.stats.Cancels, answers(r.stats.Responses[reference.OpCancel]), r.cancelled, r.races, r.stats.RacedDecisions)
+		r.stats.Cancels, answers(r.stats.Responses[faults.OpCancel]), r.cancelled, r.races, r.stats.RacedDecisions)
 	fmt.Fprintf(&b, "ToolCalls that ended before any submission reached the provider (no human could act): %d\n", r.unsubmitted)
 	fmt.Fprintf(&b, "Requests submitted for a ToolCall deleted at once that the apiserver removed despite the finalizer the acceptance had just added (withdrawn by the manager when its status write or its watch found the ToolCall gone, or after a kill by the next leader's replay): %d %v\n", len(r.bypassed), r.bypassed)
 	fmt.Fprintf(&b, "Manager starts (to ready: every open call reconciled once): %s\n", r.starts)

@@ -36,6 +36,7 @@ import (
 	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
+	"toolgate.dev/toolgate/internal/reference/faults"
 	"toolgate.dev/toolgate/test/testenv"
 )
 
@@ -155,7 +156,7 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	h := &Harness{T: t, G: g, Env: env, K8s: env.Client, NS: strings.TrimRight(ns, "-")}
 	profile, err := Profile()
 	g.Expect(err).NotTo(HaveOccurred())
-	h.providerOpts = reference.Options{Credential: Credential, Profile: profile}
+	h.providerOpts = reference.Options{Credential: Credential, Profile: profile, Faults: faults.New(0)}
 	h.CredFile = filepath.Join(t.TempDir(), "credential")
 	h.clientOpts = provider.Options{
 		CredentialFile: h.CredFile,
