@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -31,7 +30,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -42,21 +40,7 @@ import (
 
 var env *th.Env
 
-func TestMain(m *testing.M) {
-	logf.SetLogger(logr.Discard())
-	var err error
-	env, err = th.StartEnv()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { th.Main(m, &env) }
 
 // caller is one impersonated identity.
 type caller struct {

@@ -7,11 +7,9 @@ package apivalidation_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,48 +22,32 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/test/testenv"
+	th "toolgate.dev/toolgate/test/testharness"
 )
 
 var k8s client.Client
 
-func TestMain(m *testing.M) {
-	logf.SetLogger(logr.Discard())
-	env, err := testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := run(m, env.Config)
-	if err := env.Stop(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+var env *th.Env
 
-func run(m *testing.M, cfg *rest.Config) int {
-	cfg = rest.CopyConfig(cfg)
+func TestMain(m *testing.M) { th.Main(m, &env, newClient) }
+
+// newClient is the suite's client: with the CRD types' scheme, and without the apiserver's warnings.
+func newClient(e *th.Env) error {
+	cfg := rest.CopyConfig(e.Config)
 	cfg.WarningHandler = rest.NoWarnings{}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, tg.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return err
 		}
 	}
 	var err error
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return err
 }
 
 // newNamespace creates a namespace for one test. envtest runs no namespace controller, so the
