@@ -15,6 +15,11 @@
 //     and has notifications recorded on the ToolCalls they concern.
 //   - internal/waiter: the long polls of pending approval requests, one goroutine each.
 //
+// Words. A call is accepted (acceptance.go: its acceptance record, the finalizer and annotations that
+// fix its timing, Tool version and provider); its request is submitted, and withdrawn (never
+// "cancelled" by the manager: cancel is AAP's operation, and a call's phase); to record is to write
+// into the ToolCall (its status, or its acceptance record), while a report is an event or a metric.
+//
 // What they share is in controllers/internal: lifecycle (the rules the ToolCall steps apply without
 // the cluster: the outcome table, the run gate, timing, the acceptance record), providers (which
 // provider serves a Tool, a client for each, the Secrets that consent to serve them, and Unusable,

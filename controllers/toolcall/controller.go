@@ -170,7 +170,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if tc.ResourceVersion != orig.ResourceVersion {
 		r.written.wrote(tc) // this reconcile wrote the ToolCall
 	}
-	r.recordTransition(orig, tc)
+	r.reportTransition(orig, tc)
 	if tc.Status.Phase == tg.PhaseRunning || tc.Status.Phase.IsTerminal() {
 		// Approved (or ended): no request of this ToolCall can be pending any more.
 		r.stopWaiting(tc.UID)
@@ -198,12 +198,12 @@ func (r *Reconciler) patchStatus(ctx context.Context, orig, tc *tg.ToolCall) err
 	return nil
 }
 
-// recordTransition emits an event and counts outcomes when the phase changed.
-func (r *Reconciler) recordTransition(orig, tc *tg.ToolCall) {
+// reportTransition emits an event and counts outcomes when the phase changed.
+func (r *Reconciler) reportTransition(orig, tc *tg.ToolCall) {
 	if d := tc.Status.Decision; d != nil && orig.Status.Decision == nil {
 		// The decision was recorded: counted once, when it is first written.
 		if decidedByPolicy(tc) {
-			r.recordPolicyDecision(tc)
+			r.reportPolicyDecision(tc)
 		} else {
 			approvalWaitSeconds.Observe(r.Clock.Since(tc.CreationTimestamp.Time).Seconds())
 		}
@@ -260,7 +260,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
-		Watches(&tg.ToolCall{}, r.recordGone()).
+		Watches(&tg.ToolCall{}, r.holdGone()).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToToolCall(mgr.GetClient())), builder.WithPredicates(imageWaitChanged())).
 		// A Tool's creation, deletion or new generation (not its status writes) reaches the calls that

@@ -76,10 +76,10 @@ func removedDespiteFinalizer(tc *tg.ToolCall) bool {
 	return controllerutil.ContainsFinalizer(tc, tg.Finalizer)
 }
 
-// recordGone is the watch handler that holds every ToolCall removed despite the finalizer for
+// holdGone is the watch handler that holds every ToolCall removed despite the finalizer for
 // withdrawGone, and enqueues it (after holding it: the For watch's own enqueue may come first). It
 // follows the watch's position for the saved cursor (gonereplay.go).
-func (r *Reconciler) recordGone() handler.EventHandler {
+func (r *Reconciler) holdGone() handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			r.gone.cursor.observe(e.Object.GetResourceVersion())

@@ -39,11 +39,11 @@ const (
 )
 
 // goneCursor is the position in the ToolCall watch up to which every removal despite the finalizer
-// has been withdrawn: the resourceVersion of the last ToolCall event recordGone handled, held back to
+// has been withdrawn: the resourceVersion of the last ToolCall event holdGone handled, held back to
 // just before the oldest removal not yet withdrawn, and to the saved position until the replay is done.
 type goneCursor struct {
 	mu       sync.Mutex
-	seen     uint64     // the latest resourceVersion of a ToolCall event recordGone handled
+	seen     uint64     // the latest resourceVersion of a ToolCall event holdGone handled
 	held     []heldGone // removals not yet withdrawn, in the order they were seen
 	start    uint64     // the saved position when this leader started
 	replayed bool       // the replay from start is done

@@ -137,9 +137,9 @@ func requesterOf(tc *tg.ToolCall) policy.Requester {
 	return policy.Requester{Username: r.Username, UID: r.UID, Groups: r.Groups}
 }
 
-// recordPolicyDecision counts a rule's decision and, for an approval (whose phase event is the Job's),
+// reportPolicyDecision counts a rule's decision and, for an approval (whose phase event is the Job's),
 // says which rule approved.
-func (r *Reconciler) recordPolicyDecision(tc *tg.ToolCall) {
+func (r *Reconciler) reportPolicyDecision(tc *tg.ToolCall) {
 	d := tc.Status.Decision
 	if d.Status == provider.StatusApproved {
 		policyDecisions.WithLabelValues(string(tg.ActionApprove)).Inc()
