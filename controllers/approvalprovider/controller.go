@@ -28,7 +28,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders;clusterapprovalproviders,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders/status;clusterapprovalproviders/status,verbs=get;update
+// +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders/status;clusterapprovalproviders/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
