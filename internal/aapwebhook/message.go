@@ -1,5 +1,6 @@
-// Package aapwebhook reads the messages an AAP v1 provider sends a webhook receiver in asynchronous
-// mode: the webhook.verification message, which proposes a delivery registration, and the
+// Package aapwebhook is the messages an AAP v1 provider sends a webhook receiver in asynchronous
+// mode, defined once for both sides (the manager's receiver reads them, the reference provider sends
+// them): the webhook.verification message, which proposes a delivery registration, and the
 // request.resolved notification, which says a request reached a terminal outcome. It checks their
 // Standard Webhooks v1 signatures with the official library. Nothing in a message is trusted before
 // Verify accepted it with the secret chosen from what Peek read.

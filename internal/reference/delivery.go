@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
+	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/reference/faults"
 )
 
@@ -92,8 +93,8 @@ func (s *Server) newEventLocked(rec record) (*eventRecord, error) {
 	}
 	at := rec.Decision.DecidedAt.UTC()
 	ev := eventRecord{ID: uuid.NewString(), Instance: rec.Instance, RequestID: rec.ID, CreatedAt: at, NextAt: s.clock.Now()}
-	body, err := json.Marshal(resolvedEvent{ID: ev.ID, Type: "request.resolved", InstanceID: ev.Instance, RequestID: ev.RequestID,
-		CreatedAt: at.Format(time.RFC3339Nano)})
+	body, err := json.Marshal(aapwebhook.Message{ID: ev.ID, Type: aapwebhook.TypeResolved, InstanceID: ev.Instance, RequestID: ev.RequestID,
+		CreatedAt: at})
 	if err != nil {
 		return nil, err
 	}

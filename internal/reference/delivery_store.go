@@ -33,15 +33,6 @@ type eventRecord struct {
 
 func (ev eventRecord) ended() bool { return ev.EndedAt != nil }
 
-// resolvedEvent is AAP's RequestResolvedEvent.
-type resolvedEvent struct {
-	ID         string `json:"id"`
-	Type       string `json:"type"`
-	InstanceID string `json:"instance_id"`
-	RequestID  string `json:"request_id"`
-	CreatedAt  string `json:"created_at"`
-}
-
 // finishRequest stores a request's outcome and, if ev is not nil, its notification, in one transaction.
 func (st *store) finishRequest(rec record, ev *eventRecord) error {
 	return st.db.Update(func(tx *bolt.Tx) error {

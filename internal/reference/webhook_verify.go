@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -20,16 +21,6 @@ import (
 // (webhook-id, webhook-timestamp, webhook-signature) by the official library, with the secret of the
 // configuration it is sent to. webhook-timestamp is the attempt's wall-clock time, as the receiver
 // compares it with its own clock; the server's clock only schedules attempts.
-
-// webhookVerification is AAP's WebhookVerification.
-type webhookVerification struct {
-	ID             string    `json:"id"`
-	Type           string    `json:"type"`
-	RegistrationID string    `json:"registration_id"`
-	InstanceID     string    `json:"instance_id"`
-	CreatedAt      time.Time `json:"created_at"`
-	Challenge      string    `json:"challenge"`
-}
 
 // send POSTs a signed message to a receiver and returns its status and headers (the body is read, at
 // most maxWebhookResponse of it, and returned).
@@ -73,8 +64,8 @@ var errVerification = errors.New("webhook verification failed")
 func (s *Server) verifyReceiver(ctx context.Context, instanceID string, d *deliveryConfig) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.WebhookTimeout)
 	defer cancel()
-	msg := webhookVerification{
-		ID: uuid.NewString(), Type: "webhook.verification", RegistrationID: d.RegistrationID,
+	msg := aapwebhook.Message{
+		ID: uuid.NewString(), Type: aapwebhook.TypeVerification, RegistrationID: d.RegistrationID,
 		InstanceID: instanceID, CreatedAt: s.now().Truncate(time.Second), Challenge: uuid.NewString(),
 	}
 	body, err := json.Marshal(msg)
