@@ -3,6 +3,7 @@ package toolcall
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,33 +25,51 @@ import (
 // completes a deletion that began before the acceptance was written. Its request may already be
 // submitted (in the same reconcile, or before the status that records it was written). Nobody waits
 // for that call, so no human should review it, and nothing else withdraws it: the ToolCall is never
-// reconciled again. goneCalls holds such ToolCalls, as last seen, until their requests are withdrawn.
+// reconciled again. goneCalls holds such ToolCalls, as last seen, until their requests are withdrawn,
+// and the position in the ToolCall watch up to which every removal was withdrawn (gonereplay.go),
+// which follows from what it holds.
 type goneCalls struct {
 	mu    sync.Mutex
 	calls map[types.NamespacedName]goneCall
-	// cursor is the watch position up to which every removal held here was withdrawn (gonereplay.go).
-	cursor goneCursor
+	// seen is the latest resourceVersion of a ToolCall event holdGone handled.
+	seen uint64
+	// start is the position saved when this leader started, kept until the replay from it is done
+	// (replayed).
+	start    uint64
+	replayed bool
+	// opaque: resourceVersions are not numbers here, and no position is kept.
+	opaque bool
 }
 
 type goneCall struct {
 	tc   *tg.ToolCall
 	seen time.Time
+	// before is the watch position before its removal.
+	before uint64
 }
 
 // add records tc, unless a withdrawal of the same ToolCall is already held; before is the watch
 // position before its removal (nil: the latest seen).
 func (g *goneCalls) add(tc *tg.ToolCall, now time.Time, before *uint64) {
-	g.cursor.hold(tc.UID, tc.ResourceVersion, before)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.calls == nil {
 		g.calls = map[types.NamespacedName]goneCall{}
 	}
-	key := client.ObjectKeyFromObject(tc)
-	if held, ok := g.calls[key]; ok && held.tc.UID == tc.UID && (held.tc.Status.RequestID != "" || tc.Status.RequestID == "") {
-		return
+	b := g.seen
+	if before != nil {
+		b = *before
 	}
-	g.calls[key] = goneCall{tc: tc, seen: now}
+	g.observeLocked(tc.ResourceVersion)
+	key := client.ObjectKeyFromObject(tc)
+	held, ok := g.calls[key]
+	if ok && held.tc.UID == tc.UID {
+		if held.tc.Status.RequestID != "" || tc.Status.RequestID == "" {
+			return
+		}
+		b = held.before // the same removal, seen again with its request id
+	}
+	g.calls[key] = goneCall{tc: tc, seen: now, before: b}
 }
 
 func (g *goneCalls) get(key types.NamespacedName) (goneCall, bool) {
@@ -61,12 +80,59 @@ func (g *goneCalls) get(key types.NamespacedName) (goneCall, bool) {
 }
 
 func (g *goneCalls) done(key types.NamespacedName, uid types.UID) {
-	g.cursor.release(uid)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c, ok := g.calls[key]; ok && c.tc.UID == uid {
 		delete(g.calls, key)
 	}
+}
+
+// observe moves the position to rv, the resourceVersion of a ToolCall event, if it is later.
+func (g *goneCalls) observe(rv string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.observeLocked(rv)
+}
+
+func (g *goneCalls) observeLocked(rv string) {
+	v, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		g.opaque = true
+		return
+	}
+	g.seen = max(g.seen, v)
+}
+
+// position returns the watch position to save: the latest seen (never before the position this
+// leader started from, up to which every removal was withdrawn or is held), held back to just before
+// the oldest removal held; ok is false while there is none to save.
+func (g *goneCalls) position() (pos uint64, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.opaque:
+		return 0, false
+	case !g.replayed:
+		return g.start, g.start != 0
+	}
+	pos = max(g.seen, g.start)
+	for _, c := range g.calls {
+		pos = min(pos, c.before)
+	}
+	return pos, pos != 0
+}
+
+// replaying records the saved position the replay starts from; replayDone, that it has ended.
+func (g *goneCalls) replaying(start uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.start = start
+}
+
+func (g *goneCalls) replayDone() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.replayed = true
 }
 
 // removedDespiteFinalizer reports whether a ToolCall the watch saw deleted still carried the
@@ -82,16 +148,16 @@ func removedDespiteFinalizer(tc *tg.ToolCall) bool {
 func (r *Reconciler) holdGone() handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.gone.cursor.observe(e.Object.GetResourceVersion())
+			r.gone.observe(e.Object.GetResourceVersion())
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.gone.cursor.observe(e.ObjectNew.GetResourceVersion())
+			r.gone.observe(e.ObjectNew.GetResourceVersion())
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			tc, ok := e.Object.(*tg.ToolCall)
 			if !ok || !removedDespiteFinalizer(tc) {
 				if e.Object != nil {
-					r.gone.cursor.observe(e.Object.GetResourceVersion())
+					r.gone.observe(e.Object.GetResourceVersion())
 				}
 				return
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -24,7 +23,7 @@ import (
 // Removals despite the finalizer, across restarts. goneCalls holds a ToolCall the apiserver removed
 // despite its finalizer until its request is withdrawn, in memory: a manager killed before the
 // withdrawal would forget it, and no ToolCall is left to remind the next one. So the position in the
-// ToolCall watch up to which every such removal has been withdrawn (goneCursor) is kept in a Lease,
+// ToolCall watch up to which every such removal has been withdrawn (goneCalls.position) is kept in a Lease,
 // goneCursorLease, beside the leader election's; the leader that starts replays the ToolCall watch
 // from there to the present (client-go's RetryWatcher) and holds each removal it finds, as its own
 // watch would have. The replay reaches as far back as the apiserver keeps history (etcd compaction,
@@ -37,85 +36,6 @@ const (
 	// goneCursorSave is how often the leader saves a cursor that moved.
 	goneCursorSave = 2 * time.Second
 )
-
-// goneCursor is the position in the ToolCall watch up to which every removal despite the finalizer
-// has been withdrawn: the resourceVersion of the last ToolCall event holdGone handled, held back to
-// just before the oldest removal not yet withdrawn, and to the saved position until the replay is done.
-type goneCursor struct {
-	mu       sync.Mutex
-	seen     uint64     // the latest resourceVersion of a ToolCall event holdGone handled
-	held     []heldGone // removals not yet withdrawn, in the order they were seen
-	start    uint64     // the saved position when this leader started
-	replayed bool       // the replay from start is done
-	opaque   bool       // resourceVersions are not numbers here: no position is kept
-}
-
-type heldGone struct {
-	uid    types.UID
-	before uint64 // the position before its removal
-}
-
-// observe moves the position to rv, the resourceVersion of a ToolCall event, if it is later.
-func (c *goneCursor) observe(rv string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.observeLocked(rv)
-}
-
-func (c *goneCursor) observeLocked(rv string) {
-	v, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
-		c.opaque = true
-		return
-	}
-	c.seen = max(c.seen, v)
-}
-
-// hold records the removal of uid, seen at rv; before is the position before it (nil: the current).
-func (c *goneCursor) hold(uid types.UID, rv string, before *uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, h := range c.held {
-		if h.uid == uid {
-			return
-		}
-	}
-	b := c.seen
-	if before != nil {
-		b = *before
-	}
-	c.held = append(c.held, heldGone{uid: uid, before: b})
-	c.observeLocked(rv)
-}
-
-// release forgets the removal of uid: it was withdrawn, or given up.
-func (c *goneCursor) release(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, h := range c.held {
-		if h.uid == uid {
-			c.held = append(c.held[:i], c.held[i+1:]...)
-			return
-		}
-	}
-}
-
-// position returns the position to save; ok is false while there is none to save.
-func (c *goneCursor) position() (pos uint64, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.opaque:
-		return 0, false
-	case !c.replayed:
-		return c.start, c.start != 0
-	}
-	pos = max(c.seen, c.start) // every removal up to start was withdrawn, or is held
-	for _, h := range c.held {
-		pos = min(pos, h.before)
-	}
-	return pos, pos != 0
-}
 
 // goneReplay is the leader's Runnable that replays the removals since the saved position and then
 // keeps saving the position.
@@ -132,31 +52,25 @@ func (g *goneReplay) NeedLeaderElection() bool { return true }
 
 func (g *goneReplay) Start(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithName("gone-replay")
-	cur := &g.r.gone.cursor
 	lease, err := g.read(ctx)
 	if err != nil {
 		return nil // the manager is stopping
 	}
-	saved := ""
+	var start uint64
 	if lease != nil {
-		saved = lease.Annotations[tg.AnnotationGoneCursor]
+		start, _ = strconv.ParseUint(lease.Annotations[tg.AnnotationGoneCursor], 10, 64)
 	}
-	start, perr := strconv.ParseUint(saved, 10, 64)
-	cur.mu.Lock()
-	cur.start = start
-	cur.mu.Unlock()
-	if saved != "" && perr == nil {
-		g.replay(ctx, saved, start)
+	g.r.gone.replaying(start)
+	if start != 0 {
+		g.replay(ctx, start)
 	}
-	cur.mu.Lock()
-	cur.replayed = true
-	cur.mu.Unlock()
+	g.r.gone.replayDone()
 	if ctx.Err() != nil {
 		return nil
 	}
-	log.V(1).Info("removals despite the finalizer replayed", "from", saved)
+	log.V(1).Info("removals despite the finalizer replayed", "from", start)
 
-	last := saved
+	last := start
 	ticker := time.NewTicker(goneCursorSave)
 	defer ticker.Stop()
 	for {
@@ -165,16 +79,15 @@ func (g *goneReplay) Start(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 		}
-		pos, ok := cur.position()
-		if !ok || strconv.FormatUint(pos, 10) == last {
+		pos, ok := g.r.gone.position()
+		if !ok || pos == last {
 			continue
 		}
-		next := strconv.FormatUint(pos, 10)
-		if err := g.save(ctx, &lease, next); err != nil {
+		if err := g.save(ctx, &lease, strconv.FormatUint(pos, 10)); err != nil {
 			log.Error(err, "saving the position of withdrawn removals", "lease", goneCursorLease)
 			continue
 		}
-		last = next
+		last = pos
 	}
 }
 
@@ -229,22 +142,23 @@ func (g *goneReplay) save(ctx context.Context, lease **coordinationv1.Lease, pos
 	return nil
 }
 
-// replay watches the ToolCalls of each namespace from saved to the present and holds every removal
+// replay watches the ToolCalls of each namespace from start to the present and holds every removal
 // despite the finalizer it sees.
-func (g *goneReplay) replay(ctx context.Context, saved string, start uint64) {
+func (g *goneReplay) replay(ctx context.Context, start uint64) {
 	namespaces := g.namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	for _, ns := range namespaces {
-		if err := g.replayNamespace(ctx, ns, saved, start); err != nil && ctx.Err() == nil {
+		if err := g.replayNamespace(ctx, ns, start); err != nil && ctx.Err() == nil {
 			logf.FromContext(ctx).Error(err, "the removals of ToolCalls despite their finalizer since the saved position could not all be replayed: "+
-				"a request submitted for such a ToolCall while no manager led may stay pending until its provider deadline", "namespace", ns, "from", saved)
+				"a request submitted for such a ToolCall while no manager led may stay pending until its provider deadline", "namespace", ns, "from", start)
 		}
 	}
 }
 
-func (g *goneReplay) replayNamespace(ctx context.Context, ns, saved string, start uint64) error {
+func (g *goneReplay) replayNamespace(ctx context.Context, ns string, start uint64) error {
+	saved := strconv.FormatUint(start, 10)
 	list := &tg.ToolCallList{}
 	if err := g.live.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
 		return fmt.Errorf("listing ToolCalls: %w", err)
