@@ -162,11 +162,11 @@ func (s *Server) handleRevoke(r *http.Request) reply {
 // loadGrants reads the grants of the approvers that still have a scope; grants to approvers no
 // longer scoped (or no longer configured) are kept in the store but give nothing.
 func (s *Server) loadGrants() error {
-	all, err := s.store.grants()
+	keys, err := s.store.grantKeys()
 	if err != nil {
 		return err
 	}
-	for key := range all {
+	for _, key := range keys {
 		name, id, _ := strings.Cut(key, "\x00")
 		if s.grants[name] == nil {
 			s.grants[name] = map[string]bool{}
@@ -176,28 +176,27 @@ func (s *Server) loadGrants() error {
 	return nil
 }
 
+// grantKey is the store key of instance granted to approver.
+func grantKey(approver, instance string) string { return approver + "\x00" + instance }
+
 func (st *store) putGrant(approver, instance string, g grant) error {
 	return st.db.Update(func(tx *bolt.Tx) error {
-		return put(tx.Bucket(bucketGrants), approver+"\x00"+instance, g)
+		return put(tx.Bucket(bucketGrants), grantKey(approver, instance), g)
 	})
 }
 
 func (st *store) deleteGrant(approver, instance string) error {
 	return st.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketGrants).Delete([]byte(approver + "\x00" + instance))
+		return tx.Bucket(bucketGrants).Delete([]byte(grantKey(approver, instance)))
 	})
 }
 
-// grants returns every stored grant by its key (approver \x00 instance id).
-func (st *store) grants() (map[string]grant, error) {
-	out := map[string]grant{}
+// grantKeys returns the key of every stored grant (grantKey).
+func (st *store) grantKeys() ([]string, error) {
+	var out []string
 	err := st.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketGrants).ForEach(func(k, v []byte) error {
-			var g grant
-			if _, err := get(tx.Bucket(bucketGrants), string(k), &g); err != nil {
-				return err
-			}
-			out[string(k)] = g
+		return tx.Bucket(bucketGrants).ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
 			return nil
 		})
 	})
