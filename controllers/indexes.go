@@ -22,11 +22,12 @@ import (
 // registerIndexes registers every index with mgr's cache; the request id index only when the
 // receiver runs.
 func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
-	indexes := []struct {
+	type index struct {
 		obj   client.Object
 		field string
 		fn    client.IndexerFunc
-	}{
+	}
+	indexes := []index{
 		{&tg.Tool{}, toolcall.ToolNameField, func(o client.Object) []string { return []string{o.(*tg.Tool).Spec.ToolName} }},
 		{&tg.ToolCall{}, toolcall.ToolCallToolField, func(o client.Object) []string { return []string{o.(*tg.ToolCall).Spec.Tool} }},
 		{&tg.ToolCall{}, providers.ToolCallsField, providers.IndexToolCalls},
@@ -36,11 +37,7 @@ func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
 		{&tg.ClusterApprovalProvider{}, providers.InstanceField, providers.IndexByInstance},
 	}
 	if receiverOn {
-		indexes = append(indexes, struct {
-			obj   client.Object
-			field string
-			fn    client.IndexerFunc
-		}{&tg.ToolCall{}, receiver.RequestIDField, receiver.IndexToolCallsByRequestID})
+		indexes = append(indexes, index{&tg.ToolCall{}, receiver.RequestIDField, receiver.IndexToolCallsByRequestID})
 	}
 	for _, ix := range indexes {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), ix.obj, ix.field, ix.fn); err != nil {
