@@ -592,11 +592,15 @@ func (b *browser) problems() []string {
 }
 
 // open signs the browser in and waits until the page follows the event stream.
-func (b *browser) open(base string) {
+func (b *browser) open(base string) { b.t.Helper(); b.openAs(base, adminCredential) }
+
+// openAs signs the browser in with credential through the sign-in form and waits until the page
+// follows the event stream.
+func (b *browser) openAs(base, credential string) {
 	b.t.Helper()
 	b.do(
 		chromedp.Navigate(base+"/ui/"),
-		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), adminCredential),
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), credential),
 		chromedp.Submit(chromedp.CSS(`input[name="token"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="live"]`)),
 	)

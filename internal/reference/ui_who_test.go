@@ -89,12 +89,7 @@ func TestApprovalPageShowsTheInstanceInBrowser(t *testing.T) {
 	static := p.create("key-static")
 
 	b := newBrowser(t)
-	b.do(
-		chromedp.Navigate(p.url+"/ui/"),
-		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), aliceCredential),
-		chromedp.Submit(chromedp.CSS(`input[name="token"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#connection[data-state="live"]`)),
-	)
+	b.openAs(p.url, aliceCredential)
 	b.g.Expect(b.text("#approver-name")).To(Equal("alice"))
 	renamed := p.patchInstance(agent.Instance.ID, "rename", `{"instance_name":"ops\u202ebot"}`)
 	p.g.Expect(renamed.status).To(Equal(http.StatusOK), string(renamed.body))
