@@ -103,6 +103,12 @@ type providerClient struct {
 	client     *provider.HTTPClient
 }
 
+// object reads provider object k from the cache.
+func (p *Registry) object(ctx context.Context, k Key) (tg.GenericProvider, error) {
+	obj := NewObject(k.Kind)
+	return obj, p.cache.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, obj)
+}
+
 // Live reads around the cache: Secrets and ConfigMaps, and what must not be stale.
 func (p *Registry) Live() client.Reader { return p.live }
 
@@ -125,8 +131,7 @@ func (p *Registry) Resolve(ctx context.Context, tool *tg.Tool) (Key, error) {
 		if k == Flags {
 			break
 		}
-		obj := NewObject(k.Kind)
-		err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, obj)
+		obj, err := p.object(ctx, k)
 		switch {
 		case err == nil && obj.GetDeletionTimestamp().IsZero():
 			return k, nil
@@ -189,8 +194,8 @@ func (p *Registry) Client(ctx context.Context, k Key, ready bool, instance strin
 		}
 		return p.flags, "", nil
 	}
-	obj := NewObject(k.Kind)
-	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, obj); err != nil {
+	obj, err := p.object(ctx, k)
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return nil, "", fmt.Errorf("reading %s: %w", k, err)
 		}
@@ -261,8 +266,8 @@ func (p *Registry) InstanceOf(ctx context.Context, k Key) string {
 	if k == Flags {
 		return ""
 	}
-	obj := NewObject(k.Kind)
-	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, obj); err != nil {
+	obj, err := p.object(ctx, k)
+	if err != nil {
 		return ""
 	}
 	if inst := ProvisionedInstance(obj); inst != nil {
@@ -433,8 +438,8 @@ func (p *Registry) Asynchronous(ctx context.Context, tc *tg.ToolCall) bool {
 	if err != nil || k == Flags || instance == "" {
 		return false
 	}
-	obj := NewObject(k.Kind)
-	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, obj); err != nil {
+	obj, err := p.object(ctx, k)
+	if err != nil {
 		return false
 	}
 	d := obj.GetStatus().Delivery
