@@ -1,6 +1,14 @@
-# Build the manager, the reference approvals provider and the MCP gateway.
-# hack/image builds the same image without Docker (the local cluster's localhost/toolgate/toolgate:dev):
-# the same three static binaries, user 65532:65532, entrypoint /manager. Keep the two in step.
+# One image per program, from the list in hack/images.txt (its `release` rows): each target below is
+# named after its image and holds one static binary, user 65532:65532, entrypoint /<binary>.
+#
+#   docker build --target toolgate -t toolgate:v0.1.0 .                      # the manager (the default)
+#   docker build --target reference-provider -t reference-provider:v0.1.0 .
+#   docker build --target toolgate-mcp -t toolgate-mcp:v0.1.0 .              # the MCP gateway
+#   docker build --target issue-refund -t issue-refund:v0.1.0 .              # the demo tool
+#   docker build --target kubectl-toolcall -t kubectl-toolcall:v0.1.0 .      # an agent's client
+#
+# hack/image builds the same images without Docker (hack/cluster.sh); test/installer checks that this
+# file follows hack/images.txt.
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -12,31 +20,47 @@ COPY go.mod go.mod
 COPY go.sum go.sum
 RUN go mod download
 
-# Copy the Go source.
+# Copy the Go source and the list of programs.
 COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY internal/ internal/
 COPY pkg/ pkg/
+COPY hack/images.txt hack/images.txt
 
-# Static binaries (no cgo): the distroless/static base has no libc.
-# GOARCH has no default, so the binaries are built for the platform of the host where the command
-# was called unless TARGETARCH is set (docker buildx sets it per --platform).
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o manager ./cmd && \
-    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o reference-provider ./cmd/reference-provider && \
-    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o toolgate-mcp ./cmd/toolgate-mcp
+# Static binaries (no cgo): the distroless/static base has no libc. GOARCH has no default, so the
+# binaries are built for the platform of the host unless TARGETARCH is set (docker buildx sets it per
+# --platform). Every `release` row of hack/images.txt: go build -o /out/<binary> <package>.
+RUN mkdir /out && grep -v '^#' hack/images.txt | while read -r image binary package where; do \
+      [ "${where}" = release ] || continue; \
+      CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+        go build -trimpath -ldflags "-s -w" -o "/out/${binary}" "${package}" || exit 1; \
+    done
 
-# Use distroless as minimal base image to package the binaries.
+# distroless/static: CA certificates, /etc/passwd with nonroot (65532), /tmp.
 # Refer to https://github.com/GoogleContainerTools/distroless for more details.
-FROM gcr.io/distroless/static:nonroot
-WORKDIR /
-COPY --from=builder /workspace/manager .
-COPY --from=builder /workspace/reference-provider .
-COPY --from=builder /workspace/toolgate-mcp .
+FROM gcr.io/distroless/static:nonroot AS reference-provider
+COPY --from=builder /out/reference-provider /reference-provider
 USER 65532:65532
+ENTRYPOINT ["/reference-provider"]
 
-# The manager by default; run the reference provider with --entrypoint /reference-provider.
+FROM gcr.io/distroless/static:nonroot AS toolgate-mcp
+COPY --from=builder /out/toolgate-mcp /toolgate-mcp
+USER 65532:65532
+ENTRYPOINT ["/toolgate-mcp"]
+
+FROM gcr.io/distroless/static:nonroot AS issue-refund
+COPY --from=builder /out/issue-refund /issue-refund
+USER 65532:65532
+ENTRYPOINT ["/issue-refund"]
+
+FROM gcr.io/distroless/static:nonroot AS kubectl-toolcall
+COPY --from=builder /out/kubectl-toolcall /kubectl-toolcall
+USER 65532:65532
+ENTRYPOINT ["/kubectl-toolcall"]
+
+# The manager last: `docker build .` without --target builds it.
+FROM gcr.io/distroless/static:nonroot AS toolgate
+COPY --from=builder /out/manager /manager
+USER 65532:65532
 ENTRYPOINT ["/manager"]

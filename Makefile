@@ -1,5 +1,9 @@
-# Image used by docker-build and deploy.
-IMG ?= toolgate:latest
+# Images: docker-build builds one per `release` row of hack/images.txt, tagged
+# $(IMAGE_PREFIX)<image>:$(TAG) (the manager's is IMG), and docker-push pushes them; deploy and
+# build-installer install IMG. E.g. make docker-build docker-push IMAGE_PREFIX=registry.example.com/ TAG=v0.1.0
+IMAGE_PREFIX ?=
+TAG ?= latest
+IMG ?= $(IMAGE_PREFIX)toolgate:$(TAG)
 
 # Flags appended to `go test` by the test target, e.g. make test GO_TEST_FLAGS='-run TestToolCall -v'.
 # Later flags win, so GO_TEST_FLAGS='-timeout 5m' overrides the default timeout.
@@ -128,16 +132,24 @@ run: ## Run the manager from your host against the cluster in your kubeconfig (p
 	go run ./cmd $(ARGS)
 
 .PHONY: images
-images: ## Build the images (manager, demo tool, pause) as tarballs without Docker and load them into the local cluster when it runs.
+images: ## Build the images of hack/images.txt (and the Pod sandbox's) as tarballs without Docker and load them into the local cluster when it runs.
 	bash hack/cluster.sh images
 
+# RELEASE_IMAGES runs its argument, a command, once per release row of hack/images.txt with $${ref} set
+# to the row's image reference.
+RELEASE_IMAGES = grep -v '^\#' hack/images.txt | while read -r image binary package where; do \
+	  [ "$${where}" = release ] || continue; \
+	  ref="$(IMAGE_PREFIX)$${image}:$(TAG)"; [ "$${image}" != toolgate ] || ref="$(IMG)"; \
+	  set -x; $(1) || exit 1; set +x; \
+	done
+
 .PHONY: docker-build
-docker-build: ## Build the container image (manager, reference-provider, toolgate-mcp) as IMG with Docker.
-	$(CONTAINER_TOOL) build -t "$(IMG)" .
+docker-build: ## Build the images (one per release row of hack/images.txt: manager, reference provider, MCP gateway, demo tool, kubectl-toolcall) with Docker, tagged $(IMAGE_PREFIX)<image>:$(TAG), the manager's IMG.
+	@$(call RELEASE_IMAGES,$(CONTAINER_TOOL) build --target "$${image}" -t "$${ref}" .)
 
 .PHONY: docker-push
-docker-push: ## Push the container image IMG.
-	$(CONTAINER_TOOL) push "$(IMG)"
+docker-push: ## Push the images docker-build built.
+	@$(call RELEASE_IMAGES,$(CONTAINER_TOOL) push "$${ref}")
 
 ##@ Deployment
 

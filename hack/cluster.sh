@@ -17,10 +17,10 @@
 # Images (no registry, no Docker daemon): bin/image (hack/image) writes docker-archive tarballs from
 # binaries built here with CGO_ENABLED=0, and `ctr images import` loads them into the cluster's
 # containerd:
-#   localhost/toolgate/toolgate:dev      manager, reference-provider, toolgate-mcp (as the Dockerfile)
-#   localhost/toolgate/issue-refund:dev  the demo tool of config/samples (cmd/issue-refund)
-#   localhost/toolgate/kubectl-toolcall:dev  cmd/kubectl-toolcall, for an agent Pod that requests calls
-#   localhost/toolgate/echo-tool:dev     the e2e suite's tool that returns TOOL_ARGUMENTS (test/e2e/echotool)
+#   localhost/toolgate/<image>:dev       one per row of hack/images.txt (the Dockerfile's targets, plus
+#                                        the e2e suite's echo-tool): the manager (toolgate), the
+#                                        reference provider, the MCP gateway, the demo tool of
+#                                        config/samples (issue-refund), kubectl-toolcall for agent Pods
 #   localhost/toolgate/pause:3.10        the Pod sandbox (hack/pause), containerd's sandbox_image
 #
 # Environment:
@@ -38,10 +38,6 @@ timeout="${CLUSTER_TIMEOUT:-3m}"
 kubeconfig="${state}/kubeconfig"
 ctr_cmd=(ctr --address "${state}/containerd/containerd.sock" -n k8s.io)
 
-MANAGER_IMAGE=localhost/toolgate/toolgate:dev
-TOOL_IMAGE=localhost/toolgate/issue-refund:dev
-AGENT_IMAGE=localhost/toolgate/kubectl-toolcall:dev
-ECHO_IMAGE=localhost/toolgate/echo-tool:dev
 PAUSE_IMAGE=localhost/toolgate/pause:3.10
 # The reference provider's Service address in config/dev (there is no cluster DNS).
 PROVIDER_URL=http://10.96.0.10:8085
@@ -96,22 +92,18 @@ build_tools() {
   go build -o bin/image ./hack/image
 }
 
-# build_images writes the image tarballs into ${state}/images.
+# build_images writes the image tarballs into ${state}/images: one per row of hack/images.txt, and
+# the Pod sandbox's.
 build_images() {
-  local out=bin/linux c
+  local out=bin/linux image binary package where
   mkdir -p "${out}" "${state}/images"
-  for c in manager:./cmd reference-provider:./cmd/reference-provider toolgate-mcp:./cmd/toolgate-mcp \
-    issue-refund:./cmd/issue-refund kubectl-toolcall:./cmd/kubectl-toolcall echo-tool:./test/e2e/echotool pause:./hack/pause; do
-    CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "${out}/${c%%:*}" "${c#*:}"
-  done
-  bin/image --tag "${MANAGER_IMAGE}" --out "${state}/images/toolgate.tar" --entrypoint /manager --user 65532:65532 \
-    --file "/manager=${out}/manager" --file "/reference-provider=${out}/reference-provider" --file "/toolgate-mcp=${out}/toolgate-mcp" >&2
-  bin/image --tag "${TOOL_IMAGE}" --out "${state}/images/issue-refund.tar" --entrypoint /issue-refund --user 65532:65532 \
-    --file "/issue-refund=${out}/issue-refund" >&2
-  bin/image --tag "${AGENT_IMAGE}" --out "${state}/images/kubectl-toolcall.tar" --entrypoint /kubectl-toolcall --user 65532:65532 \
-    --file "/kubectl-toolcall=${out}/kubectl-toolcall" >&2
-  bin/image --tag "${ECHO_IMAGE}" --out "${state}/images/echo-tool.tar" --entrypoint /echo-tool --user 65532:65532 \
-    --file "/echo-tool=${out}/echo-tool" >&2
+  while read -r image binary package where; do
+    [[ -z "${image}" || "${image}" == \#* ]] && continue
+    CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "${out}/${binary}" "${package}"
+    bin/image --tag "localhost/toolgate/${image}:dev" --out "${state}/images/${image}.tar" \
+      --entrypoint "/${binary}" --user 65532:65532 --file "/${binary}=${out}/${binary}" >&2
+  done < hack/images.txt
+  CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o "${out}/pause" ./hack/pause
   bin/image --tag "${PAUSE_IMAGE}" --out "${state}/images/pause.tar" --entrypoint /pause --user 65535:65535 --ca-bundle "" \
     --file "/pause=${out}/pause" >&2
 }

@@ -2,11 +2,11 @@
 // daemon, for `ctr images import`: one layer holding the given files plus what distroless/static
 // provides to a static Go binary (/etc/passwd and /etc/group with the nonroot and nobody users,
 // /tmp, the host's CA bundle), and a config with the entrypoint and user. hack/cluster.sh builds the
-// manager, pause and demo tool images with it.
+// images of hack/images.txt and the Pod sandbox's with it.
 //
 //	image --tag localhost/toolgate/toolgate:dev --out bin/images/toolgate.tar \
 //	  --entrypoint /manager --user 65532:65532 \
-//	  --file /manager=bin/linux/manager --file /reference-provider=bin/linux/reference-provider
+//	  --file /manager=bin/linux/manager
 package main
 
 import (

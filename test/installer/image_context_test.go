@@ -16,11 +16,11 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// The Dockerfile builds every program of its image from what its build context holds: the builder
-// stage's COPY instructions are applied here to the files .dockerignore's rules leave in the context
-// (read with the library Docker uses), and each `go build` of its RUN instruction runs there. A
-// package the Dockerfile does not copy, or that .dockerignore leaves out, fails the build here as it
-// would in Docker.
+// The Dockerfile builds every program of hack/images.txt's `release` rows from what its build
+// context holds: the builder stage's COPY instructions are applied here to the files .dockerignore's
+// rules leave in the context (read with the library Docker uses), and its RUN instructions run there
+// with sh, writing to a temporary directory instead of /out. A package the Dockerfile does not copy,
+// or that .dockerignore leaves out, fails the build here as it would in Docker.
 func TestDockerfileBuildsFromItsContext(t *testing.T) {
 	g := NewWithT(t)
 	root := repoRoot(t)
@@ -33,67 +33,137 @@ func TestDockerfileBuildsFromItsContext(t *testing.T) {
 	pm, err := patternmatcher.New(patterns)
 	g.Expect(err).NotTo(HaveOccurred())
 
-	copies, builds := builderStage(g, filepath.Join(root, "Dockerfile"))
-	g.Expect(builds).To(HaveKeyWithValue("manager", "./cmd"))
-	g.Expect(builds).To(HaveKey("reference-provider"))
-	g.Expect(builds).To(HaveKey("toolgate-mcp"))
+	stages := dockerfileStages(g, filepath.Join(root, "Dockerfile"))
+	g.Expect(stages).NotTo(BeEmpty())
+	builder := stages[0]
+	g.Expect(builder.copies).NotTo(BeEmpty(), "the builder stage copies nothing")
 
 	workspace := t.TempDir()
-	for src, dst := range copies {
-		copied, err := copyFromContext(root, pm, src, filepath.Join(workspace, dst))
-		g.Expect(err).NotTo(HaveOccurred(), "COPY %s %s", src, dst)
-		g.Expect(copied).To(BeNumerically(">", 0), "COPY %s %s: the build context holds nothing there", src, dst)
+	for _, c := range builder.copies {
+		copied, err := copyFromContext(root, pm, c[0], filepath.Join(workspace, c[1]))
+		g.Expect(err).NotTo(HaveOccurred(), "COPY %s %s", c[0], c[1])
+		g.Expect(copied).To(BeNumerically(">", 0), "COPY %s %s: the build context holds nothing there", c[0], c[1])
 	}
-	for name, pkg := range builds {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(t.TempDir(), name), pkg)
+	out := filepath.Join(t.TempDir(), "out")
+	for _, run := range builder.runs {
+		if strings.HasPrefix(run, "go mod download") {
+			continue // the module cache is this machine's
+		}
+		cmd := exec.Command("sh", "-ec", strings.ReplaceAll(run, "/out", out))
 		cmd.Dir = workspace
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=readonly")
-		out, err := cmd.CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), "the Dockerfile's build of %s (%s) from its context:\n%s", name, pkg, out)
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "TARGETARCH=")
+		output, err := cmd.CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "the Dockerfile's RUN %s, from its context:\n%s", run, output)
 	}
+	for _, img := range readImageList(g, root) {
+		if img.where != "release" {
+			continue
+		}
+		g.Expect(filepath.Join(out, img.binary)).To(BeARegularFile(), "the builder stage builds %s (%s)", img.binary, img.pkg)
+	}
+}
+
+// Every `release` row of hack/images.txt is a target of the Dockerfile named after its image, holding
+// its one binary, run as 65532:65532; every other stage is one of them, and the manager's comes last
+// (what `docker build .` builds). A row that is not `release` has no target.
+func TestDockerfileHasATargetPerImage(t *testing.T) {
+	g := NewWithT(t)
+	root := repoRoot(t)
+	stages := dockerfileStages(g, filepath.Join(root, "Dockerfile"))
+	g.Expect(stages[0].name).To(Equal("builder"))
+	targets := map[string]stage{}
+	for _, s := range stages[1:] {
+		targets[s.name] = s
+	}
+	release := 0
+	for _, img := range readImageList(g, root) {
+		if img.where != "release" {
+			g.Expect(targets).NotTo(HaveKey(img.image), "%s is not a release image", img.image)
+			continue
+		}
+		release++
+		g.Expect(img.where).To(Equal("release"))
+		s, ok := targets[img.image]
+		g.Expect(ok).To(BeTrue(), "the Dockerfile has no target %q (hack/images.txt)", img.image)
+		g.Expect(s.copies).To(Equal([][2]string{{"/out/" + img.binary, "/" + img.binary}}), "target %s", img.image)
+		g.Expect(s.user).To(Equal("65532:65532"), "target %s", img.image)
+		g.Expect(s.entrypoint).To(Equal(`["/`+img.binary+`"]`), "target %s", img.image)
+	}
+	g.Expect(targets).To(HaveLen(release), "every target is a release row of hack/images.txt")
+	g.Expect(stages[len(stages)-1].name).To(Equal("toolgate"), "the manager's target comes last")
+}
+
+type stage struct {
+	name             string
+	copies           [][2]string // source, destination (the builder's: from the context; others': --from=builder)
+	runs             []string
+	user, entrypoint string
 }
 
 var (
-	copyInstruction  = regexp.MustCompile(`^COPY\s+(\S+)\s+(\S+)\s*$`)
-	buildInstruction = regexp.MustCompile(`go build .*?-o (\S+) (\./\S*)`)
+	fromInstruction = regexp.MustCompile(`^FROM\s+\S+\s+AS\s+(\S+)$`)
+	copyInstruction = regexp.MustCompile(`^COPY\s+(?:--from=builder\s+)?(\S+)\s+(\S+)\s*$`)
 )
 
-// builderStage reads the Dockerfile's first stage: its COPY instructions from the context (source to
-// destination) and the programs its go build commands make (name to package).
-func builderStage(g Gomega, dockerfile string) (copies, builds map[string]string) {
+// dockerfileStages reads the Dockerfile's stages: their names, COPY, RUN (continuation lines joined),
+// USER and ENTRYPOINT instructions.
+func dockerfileStages(g Gomega, dockerfile string) []stage {
 	f, err := os.Open(dockerfile)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = f.Close() }()
-	copies, builds = map[string]string{}, map[string]string{}
+	var stages []stage
 	var run strings.Builder
-	stages := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "FROM ") {
-			stages++
-		}
-		if stages != 1 {
+		if strings.HasPrefix(line, "#") || line == "" {
 			continue
 		}
-		if m := copyInstruction.FindStringSubmatch(line); m != nil {
-			copies[m[1]] = m[2]
+		if m := fromInstruction.FindStringSubmatch(line); m != nil {
+			stages = append(stages, stage{name: m[1]})
+			continue
 		}
-		if strings.HasPrefix(line, "RUN ") || run.Len() > 0 {
-			run.WriteString(strings.TrimSuffix(line, `\`) + " ")
+		g.Expect(stages).NotTo(BeEmpty(), "an instruction before FROM: %s", line)
+		s := &stages[len(stages)-1]
+		switch {
+		case strings.HasPrefix(line, "RUN ") || run.Len() > 0:
+			run.WriteString(strings.TrimSuffix(strings.TrimPrefix(line, "RUN "), `\`) + " ")
 			if !strings.HasSuffix(line, `\`) {
-				for _, m := range buildInstruction.FindAllStringSubmatch(run.String(), -1) {
-					builds[m[1]] = m[2]
-				}
+				s.runs = append(s.runs, strings.TrimSpace(run.String()))
 				run.Reset()
 			}
+		case copyInstruction.MatchString(line):
+			m := copyInstruction.FindStringSubmatch(line)
+			s.copies = append(s.copies, [2]string{m[1], m[2]})
+		case strings.HasPrefix(line, "USER "):
+			s.user = strings.TrimSpace(strings.TrimPrefix(line, "USER "))
+		case strings.HasPrefix(line, "ENTRYPOINT "):
+			s.entrypoint = strings.TrimSpace(strings.TrimPrefix(line, "ENTRYPOINT "))
 		}
 	}
 	g.Expect(sc.Err()).NotTo(HaveOccurred())
-	g.Expect(copies).NotTo(BeEmpty(), "the builder stage copies nothing")
-	return copies, builds
+	return stages
 }
 
+type imageRow struct{ image, binary, pkg, where string }
+
+// readImageList reads hack/images.txt: image, binary, package, where (release or dev) per line.
+func readImageList(g Gomega, root string) []imageRow {
+	data, err := os.ReadFile(filepath.Join(root, "hack", "images.txt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var rows []imageRow
+	for _, line := range strings.Split(string(data), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		g.Expect(f).To(HaveLen(4), "hack/images.txt: %q", line)
+		g.Expect(f[3]).To(BeElementOf("release", "dev"), "hack/images.txt: %q", line)
+		rows = append(rows, imageRow{f[0], f[1], f[2], f[3]})
+	}
+	g.Expect(rows).NotTo(BeEmpty())
+	return rows
+}
 // copyFromContext copies what the build context (the files under root that .dockerignore's patterns
 // pm leave in) holds at src, a file or a directory, to dst, as COPY does; it returns how many files
 // it copied.
