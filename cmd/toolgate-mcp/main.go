@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -42,6 +44,7 @@ func main() {
 		sessionTimeout              time.Duration
 		maxSessions                 int
 		tlsCert, tlsKey             string
+		metricsAddr, probeAddr      string
 		o                           mcpgateway.Options
 	)
 	flag.StringVar(&listen, "listen", "127.0.0.1:8090", "Address of the streamable HTTP endpoint (served at every path, e.g. http://127.0.0.1:8090/mcp).")
@@ -58,6 +61,8 @@ func main() {
 	flag.StringVar(&tlsCert, "tls-cert-file", "", "Serve HTTPS with this PEM certificate (and --tls-key-file), read again when it changes; without it, plain HTTP (only behind something that terminates TLS).")
 	flag.StringVar(&tlsKey, "tls-key-file", "", "The PEM private key of --tls-cert-file.")
 	flag.BoolVar(&unauthenticated, "unauthenticated", false, "Over HTTP, do not authenticate callers: every ToolCall is created as the gateway's own identity. Only behind something that authenticates them.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Over HTTP, the address to serve Prometheus metrics at /metrics on (plain HTTP, e.g. :8080); 0 serves none.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", "0", "Over HTTP, the address to serve /healthz and /readyz on (plain HTTP, e.g. :8081; ready once the namespace's Tools are listed); 0 serves none.")
 	flag.StringVar(&logLevel, "log-level", "", "Log level: debug, info, warn (the same as info) or error; default info (debug with --zap-devel). The same as --zap-log-level, which also takes a number (more verbose than debug): give one of the two.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -119,6 +124,9 @@ func main() {
 		}
 		o.Auth = &mcpgateway.Auth{Config: cfg, Audiences: []string{audience}, ResourceURL: resourceURL, MaxSessionsPerCaller: maxSessions}
 	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.Registerer = registry
 	g, err := mcpgateway.New(c, namespace, o)
 	if err != nil {
 		fail(2, "%v", err)
@@ -154,6 +162,18 @@ func main() {
 		return
 	}
 
+	for _, ops := range []struct{ flag, addr string }{{"--metrics-bind-address", metricsAddr}, {"--health-probe-bind-address", probeAddr}} {
+		if ops.addr == "0" || ops.addr == "" {
+			continue
+		}
+		handler := metricsHandler(registry)
+		if ops.flag == "--health-probe-bind-address" {
+			handler = probesHandler(g)
+		}
+		if err := serveOps(run, logger, ops.addr, handler); err != nil {
+			fail(1, "%s %s: %v", ops.flag, ops.addr, err)
+		}
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fail(1, "--listen %s: %v", listen, err)

@@ -30,11 +30,13 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 		}
 		limit, err := waitingLimit(req.Params.Meta, g.opts.WaitingLimit)
 		if err != nil {
+			g.metrics.calls.WithLabelValues(OutcomeRefused).Inc()
 			return errorResult(err.Error(), nil), nil
 		}
 
 		calls, refusal := g.callsFor(ctx, name, req.Extra)
 		if refusal != nil {
+			g.metrics.calls.WithLabelValues(OutcomeRefused).Inc()
 			return refusal, nil
 		}
 
@@ -49,6 +51,7 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 		}
 		untrack, ok := g.track(session, owner, cancel)
 		if !ok {
+			g.metrics.calls.WithLabelValues(OutcomeAbandoned).Inc()
 			return errorResult(fmt.Sprintf("The call to %s did not run: the gateway is shutting down. Call it again once the gateway is back.", name), nil), nil
 		}
 		defer untrack()
@@ -62,6 +65,7 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 		}
 
 		res, err := g.run(ctx, calls, name, args, limit, o)
+		g.metrics.calls.WithLabelValues(outcome(ctx, err)).Inc()
 		if ctx.Err() != nil {
 			// The client cancelled the request, closed its session or is gone, or the gateway is
 			// closing: run withdrew the ToolCall as the gateway, which cancels its approval request.

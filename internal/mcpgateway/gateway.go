@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
@@ -82,6 +83,8 @@ type Options struct {
 	// V(1) for details) and Error (what an operator may have to act on). Default (the zero Logger):
 	// discarded.
 	Logger logr.Logger
+	// Registerer receives the gateway's metrics (metrics.go). Nil: none are registered.
+	Registerer prometheus.Registerer
 
 	// clock and backoff time the retries of a withdrawal that failed (withdraw.go); tests replace
 	// them. Default: the real clock and defaultWithdrawBackoff.
@@ -97,6 +100,7 @@ type Gateway struct {
 	calls     *toolcall.Client // as the gateway's own identity
 	callers   *callers         // nil without Options.Auth
 	server    *mcp.Server
+	metrics   *metrics
 	log       logr.Logger
 	sdkLog    *slog.Logger // Options.Logger for the MCP SDK
 
@@ -167,6 +171,10 @@ func New(c client.WithWatch, namespace string, o Options) (*Gateway, error) {
 		if g.callers, err = newCallers(o.Auth); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if g.metrics, err = newMetrics(g, o.Registerer); err != nil {
+		return nil, fmt.Errorf("registering the gateway's metrics: %w", err)
 	}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "Toolgate", Version: version()}, &mcp.ServerOptions{
 		Instructions: fmt.Sprintf("These tools are the Toolgate Tools of Kubernetes namespace %s. "+

@@ -73,7 +73,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			g.metrics.ready.Store(true)
+		}
+	}()
 	inf.RunWithContext(ctx)
+	g.metrics.ready.Store(false)
 	return nil
 }
 

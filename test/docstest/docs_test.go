@@ -181,6 +181,7 @@ var metricSources = []string{
 	"controllers/toolcall/metrics.go",
 	"controllers/receiver/receiver.go",
 	"internal/waiter/waiter.go",
+	"internal/mcpgateway/metrics.go",
 }
 
 // registeredMetrics parses metricSources for prometheus.New*(Opts{Name: "toolgate_..."}, labels).
