@@ -54,6 +54,7 @@ func main() {
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
 	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "Metrics address; 0 disables.")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the apiserver authorizes (false: plain HTTP).")
+	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's TLS certificate and key (tls.crt, tls.key, read again when they change), for scrapers that verify it; empty: a self-signed certificate made at start. Only with --metrics-secure.")
 	flag.StringVar(&o.PprofBindAddress, "pprof-bind-address", "", "Serve Go's pprof profiles on this address (empty: off).")
 	flag.StringVar(&o.ReceiverBindAddress, "receiver-bind-address", "0", "Serve the AAP webhook receiver (asynchronous mode, for provider objects with spec.delivery) over HTTPS on this address, at "+controllers.ReceiverPath+" (\"0\": off).")
 	flag.StringVar(&o.ReceiverCertDir, "receiver-cert-dir", "/tmp/toolgate-receiver-certs", "Directory with the receiver's TLS certificate and key (tls.crt, tls.key), read again when they change.")

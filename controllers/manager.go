@@ -53,7 +53,11 @@ type Options struct {
 	LeaderElectionNamespace string
 	MetricsBindAddress      string
 	// MetricsSecure serves metrics over HTTPS, allowing only callers authorized by the apiserver.
-	MetricsSecure          bool
+	MetricsSecure bool
+	// MetricsCertDir holds the metrics endpoint's certificate and key (tls.crt, tls.key, read again
+	// when they change), so that a scraper can verify it. Empty: a self-signed certificate made at
+	// start. Only with MetricsSecure.
+	MetricsCertDir         string
 	HealthProbeBindAddress string
 	// PprofBindAddress serves net/http/pprof (empty or "0": off).
 	PprofBindAddress string
@@ -122,6 +126,9 @@ func metricsOptions(o Options) metricsserver.Options {
 	if o.MetricsSecure {
 		m.SecureServing = true
 		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+		if o.MetricsCertDir != "" {
+			m.CertDir, m.CertName, m.KeyName = o.MetricsCertDir, "tls.crt", "tls.key"
+		}
 	}
 	return m
 }

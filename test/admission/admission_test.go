@@ -80,17 +80,20 @@ var installRoles sync.Once
 func shippedAgentRoles(g Gomega) []string {
 	root, err := testenv.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
-	data, err := os.ReadFile(root + "/config/rbac/toolcall_agent_role.yaml")
-	g.Expect(err).NotTo(HaveOccurred())
 	var names []string
 	var roles []*rbacv1.ClusterRole
-	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
-		r := &rbacv1.ClusterRole{}
-		g.Expect(yaml.UnmarshalStrict([]byte(doc), r)).To(Succeed())
-		roles = append(roles, r)
-		names = append(names, r.Name)
+	// The agent role, and the sample grant of the sample tool (config/samples).
+	for _, file := range []string{"/config/rbac/toolcall_agent_role.yaml", "/config/samples/call_issue_refund_role.yaml"} {
+		data, err := os.ReadFile(root + file)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
+			r := &rbacv1.ClusterRole{}
+			g.Expect(yaml.UnmarshalStrict([]byte(doc), r)).To(Succeed())
+			roles = append(roles, r)
+			names = append(names, r.Name)
+		}
 	}
-	g.Expect(names).To(ConsistOf("toolcall-agent", "call-issue-refund"))
+	g.Expect(names).To(ConsistOf("toolcall-agent", "toolgate-call-issue-refund"))
 	installRoles.Do(func() {
 		for _, r := range roles {
 			g.Expect(env.Client.Create(context.Background(), r)).To(Succeed())
@@ -203,7 +206,7 @@ func TestCallingATool(t *testing.T) {
 		g := NewWithT(t)
 		ops := newCaller(g, "ops-bot", "", "toolgate:ops", "system:authenticated")
 		bindRole(t, ns, "toolcall-agent", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "toolgate:ops"})
-		bindRole(t, ns, "call-issue-refund", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "toolgate:ops"})
+		bindRole(t, ns, "toolgate-call-issue-refund", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "toolgate:ops"})
 		waitAllowed(t, ops, ns, "call", "tools", "issue_refund")
 		g.Expect(ops.client.Create(ctx, toolCall(ns, "ops-refund", "issue_refund"))).To(Succeed())
 	})

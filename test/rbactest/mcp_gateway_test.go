@@ -26,8 +26,8 @@ import (
 	"toolgate.dev/toolgate/test/testenv"
 )
 
-// mcpGatewayPermissions is, for each ClusterRole of config/rbac/mcp_gateway_role.yaml (which
-// config/rbac/kustomization.yaml does not deploy: an admin applies and binds it for each gateway),
+// mcpGatewayPermissions is, for each ClusterRole of config/rbac/mcp_gateway_role.yaml (deployed with
+// the others, bound by an admin, or by the chart, for each gateway),
 // every permission it grants and why: each role grants exactly its list, so a permission added to a
 // role must be reviewed here and a permission listed here is required of the role.
 // internal/mcpgateway's tests run the gateway as a user that holds exactly these roles, so a
