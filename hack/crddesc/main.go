@@ -66,6 +66,9 @@ func stripDescriptions(in []byte, path string) ([]byte, error) {
 	if err := yaml.UnmarshalStrict(doc, &crd); err != nil {
 		return nil, fmt.Errorf("not a CustomResourceDefinition: %w", err)
 	}
+	if crd.Kind != "CustomResourceDefinition" {
+		return nil, fmt.Errorf("not a CustomResourceDefinition: kind %q", crd.Kind)
+	}
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {

@@ -2,6 +2,8 @@
 // config/crd/bases accept and refuse: schema types, required fields, CEL rules (durations, the
 // timeout/waitingLimit relation, spec immutability), defaults and the status subresource. Every
 // refusal is also checked for a readable message: the field path and the rule's message text.
+// What kubectl shows of the CRDs is checked too: printer columns and short names (columns_test.go),
+// field descriptions and the Tool CRD's size against client-side apply (explain_test.go).
 package apivalidation_test
 
 import (
