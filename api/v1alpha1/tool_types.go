@@ -20,7 +20,9 @@ type ToolSpec struct {
 	ToolName string `json:"toolName"`
 
 	// jobTemplate is the Job that executes the tool. The controller adds the env TOOL_NAME,
-	// TOOL_ARGUMENTS (JSON), TOOLCALL_NAME and TOOLCALL_UID to every container. It carries the full
+	// TOOL_ARGUMENTS (JSON), TOOLCALL_NAME and TOOLCALL_UID to every container, and sets
+	// spec.backoffLimit to 0 when it is not set (not a Job's own default, 6): a tool whose Pod
+	// failed is not run again unless the template asks for retries. It carries the full
 	// Job schema, so the apiserver refuses a malformed template when the Tool is written. The CRD
 	// leaves out the descriptions of the Pod template's fields (spec.template), which would make it
 	// too large for client-side apply; `kubectl explain pod.spec` describes them.
