@@ -53,7 +53,7 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases, with the descriptions kubectl explain shows, but for the Tool's) and the manager ClusterRole (config/rbac/role.yaml).
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases, with the descriptions kubectl explain shows, but for the Pod template inside the Tool's jobTemplate: hack/crddesc) and the manager ClusterRole (config/rbac/role.yaml).
 	bash hack/manifests.sh "$(CONTROLLER_GEN)" config/crd/bases config/rbac
 
 .PHONY: generate

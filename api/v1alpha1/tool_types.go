@@ -20,9 +20,12 @@ type ToolSpec struct {
 	ToolName string `json:"toolName"`
 
 	// jobTemplate is the Job that executes the tool. The controller adds the env TOOL_NAME,
-	// TOOL_ARGUMENTS (JSON), TOOLCALL_NAME and TOOLCALL_UID to every container. It carries the full
-	// Job schema, so the apiserver refuses a malformed template when the Tool is written (CRD
-	// descriptions are left out, `crd:maxDescLen=0`, to keep the CRD small enough for client-side apply).
+	// TOOL_ARGUMENTS (JSON), TOOLCALL_NAME and TOOLCALL_UID to every container, and sets
+	// spec.backoffLimit to 0 when it is not set (not a Job's own default, 6): a tool whose Pod
+	// failed is not run again unless the template asks for retries. It carries the full
+	// Job schema, so the apiserver refuses a malformed template when the Tool is written. The CRD
+	// leaves out the descriptions of the Pod template's fields (spec.template), which would make it
+	// too large for client-side apply; `kubectl explain pod.spec` describes them.
 	// +required
 	JobTemplate batchv1.JobTemplateSpec `json:"jobTemplate"`
 
@@ -138,9 +141,10 @@ type ToolStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=toolgate
 // +kubebuilder:printcolumn:name="Tool Name",type=string,JSONPath=`.spec.toolName`
-// +kubebuilder:printcolumn:name="Execution Timeout",type=string,JSONPath=`.spec.executionTimeout`,priority=1
-// +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.conditions[?(@.type=="ApprovalRulesReady")].status`,priority=1
+// +kubebuilder:printcolumn:name="Rules Ready",type=string,JSONPath=`.status.conditions[?(@.type=="ApprovalRulesReady")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Execution Timeout",type=string,JSONPath=`.spec.executionTimeout`,priority=1
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.providerRef.name`,priority=1
 
 // Tool tells Toolgate how to execute one tool in this namespace.
 type Tool struct {

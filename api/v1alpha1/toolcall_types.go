@@ -193,15 +193,16 @@ type ToolCallStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=toolgate
+// +kubebuilder:resource:shortName=tcall,categories=toolgate
 // +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.tool`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.status`,priority=1
-// +kubebuilder:printcolumn:name="Rule",type=string,JSONPath=`.status.decision.rule`,priority=1
-// +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`,priority=1
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
-// +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requester.username`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.status`
+// +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Rule",type=string,JSONPath=`.status.decision.rule`,priority=1
+// +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requester.username`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 
 // ToolCall asks for a tool to be run once a human approved it.
 type ToolCall struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,10 +132,11 @@ func encode(w io.Writer, v any, format string) error {
 	return enc.Encode(v)
 }
 
-// table prints ToolCalls as kubectl does: NAME TOOL PHASE DECISION JOB AGE.
+// table prints ToolCalls with the columns of `kubectl get toolcalls` (the CRD's printer columns):
+// NAME TOOL PHASE READY DECISION JOB AGE, and with wide RULE REQUESTER REASON, to which it adds MESSAGE.
 func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.Time) {
 	tw := tabwriter.NewWriter(w, 6, 4, 3, ' ', 0)
-	cols := []string{"NAME", "TOOL", "PHASE", "DECISION", "JOB", "AGE"}
+	cols := []string{"NAME", "TOOL", "PHASE", "READY", "DECISION", "JOB", "AGE"}
 	if withNamespace {
 		cols = append([]string{"NAMESPACE"}, cols...)
 	}
@@ -147,7 +149,11 @@ func table(w io.Writer, items []tg.ToolCall, withNamespace, wide bool, at time.T
 		if tc.Status.Decision != nil {
 			decision = tc.Status.Decision.Status
 		}
-		row := []string{tc.Name, tc.Spec.Tool, orNone(string(tc.Status.Phase)), orNone(decision), orNone(tc.Status.JobName), age(tc.CreationTimestamp, at)}
+		ready := ""
+		if c := meta.FindStatusCondition(tc.Status.Conditions, tg.ConditionReady); c != nil {
+			ready = string(c.Status)
+		}
+		row := []string{tc.Name, tc.Spec.Tool, orNone(string(tc.Status.Phase)), orNone(ready), orNone(decision), orNone(tc.Status.JobName), age(tc.CreationTimestamp, at)}
 		if withNamespace {
 			row = append([]string{tc.Namespace}, row...)
 		}

@@ -117,6 +117,7 @@ func TestWideTableAndDescribeShowTheRuleThatDecided(t *testing.T) {
 		tc.Status.JobName = "refund-0a1b2c3d4e"
 		tc.Status.Reason = tg.ReasonJobCreated
 		tc.Status.Decision = &tg.Decision{Status: "approved", Source: tg.DecisionSourcePolicy, Rule: "small-gbp-refunds"}
+		tc.Status.Conditions = []metav1.Condition{{Type: tg.ConditionReady, Status: metav1.ConditionFalse, Reason: tg.ReasonJobCreated}}
 		tc.Spec.Requester = &tg.Requester{Username: "system:serviceaccount:payments:refund-agent"}
 	})
 	byHuman := liveToolCall(tg.PhaseDenied, func(tc *tg.ToolCall) {
@@ -127,9 +128,10 @@ func TestWideTableAndDescribeShowTheRuleThatDecided(t *testing.T) {
 	var out bytes.Buffer
 	table(&out, []tg.ToolCall{*byRule, *byHuman}, false, true, t0.Add(time.Minute))
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TOOL", "PHASE", "DECISION", "JOB", "AGE", "RULE", "REQUESTER", "REASON", "MESSAGE"}))
-	g.Expect(strings.Fields(lines[1])[:9]).To(Equal([]string{"refund", "issue_refund", "Running", "approved", "refund-0a1b2c3d4e", "60s", "small-gbp-refunds", "system:serviceaccount:payments:refund-agent", "JobCreated"}))
-	g.Expect(strings.Fields(lines[2])[6:8]).To(Equal([]string{"<none>", "<none>"}))
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "TOOL", "PHASE", "READY", "DECISION", "JOB", "AGE", "RULE", "REQUESTER", "REASON", "MESSAGE"}))
+	g.Expect(strings.Fields(lines[1])[:10]).To(Equal([]string{"refund", "issue_refund", "Running", "False", "approved", "refund-0a1b2c3d4e", "60s", "small-gbp-refunds", "system:serviceaccount:payments:refund-agent", "JobCreated"}))
+	g.Expect(strings.Fields(lines[2])[:4]).To(Equal([]string{"refund-2", "issue_refund", "Denied", "<none>"}), "no Ready condition yet")
+	g.Expect(strings.Fields(lines[2])[7:9]).To(Equal([]string{"<none>", "<none>"}))
 
 	g.Expect(decidedBy(byRule.Status.Decision)).To(Equal("rule small-gbp-refunds of the Tool's spec.approval (no human was asked)"))
 	g.Expect(decidedBy(byHuman.Status.Decision)).To(Equal("the approvals provider"))

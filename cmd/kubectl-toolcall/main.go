@@ -64,7 +64,7 @@ Usage:
   kubectl toolcall wait NAME [--delete-on-interrupt]
       Attach to an existing ToolCall; same output and exit codes as run.
   kubectl toolcall get [NAME] [-o wide|json|yaml|name] [-A] [-l SELECTOR]
-      List ToolCalls (NAME TOOL PHASE DECISION JOB AGE).
+      List ToolCalls (NAME TOOL PHASE READY DECISION JOB AGE).
   kubectl toolcall describe NAME
       Describe a ToolCall: spec, phase, reason and message, decision and note, deadline, job, result, conditions.
 

@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
@@ -120,24 +118,4 @@ func TestProvisioningIsFixed(t *testing.T) {
 	moved := ap.DeepCopy()
 	moved.Spec.URL = "https://approvals.example.org"
 	g.Expect(k8s.Update(context.Background(), moved)).To(Succeed(), "the rest of the spec may change")
-}
-
-// kubectl explain reads the descriptions the CRDs serve: every field of the provider kinds and of
-// ToolCall has one (the Tool's jobTemplate, a whole Pod template, is served without them).
-func TestCRDsExplainTheirFields(t *testing.T) {
-	g := NewWithT(t)
-	for _, name := range []string{"approvalproviders.toolgate.dev", "clusterapprovalproviders.toolgate.dev", "toolcalls.toolgate.dev"} {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, crd)).To(Succeed())
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		g.Expect(spec.Properties).NotTo(BeEmpty(), name)
-		var walk func(path string, p apiextensionsv1.JSONSchemaProps)
-		walk = func(path string, p apiextensionsv1.JSONSchemaProps) {
-			for field, sub := range p.Properties {
-				g.Expect(sub.Description).NotTo(BeEmpty(), "%s: %s.%s has no description for kubectl explain", name, path, field)
-				walk(path+"."+field, sub)
-			}
-		}
-		walk("spec", spec)
-	}
 }
