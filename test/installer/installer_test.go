@@ -15,9 +15,10 @@ import (
 	"testing"
 
 	"github.com/onsi/gomega"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	"helm.sh/helm/v4/pkg/engine"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"toolgate.dev/toolgate/test/testenv"
@@ -165,7 +166,7 @@ func renderChart(t *testing.T, root string, values map[string]any) []byte {
 		values = map[string]any{}
 	}
 	renderValues, err := chartutil.ToRenderValues(chrt, values,
-		chartutil.ReleaseOptions{Name: "toolgate", Namespace: defaultNamespace, IsInstall: true}, chartutil.DefaultCapabilities)
+		common.ReleaseOptions{Name: "toolgate", Namespace: defaultNamespace, IsInstall: true}, common.DefaultCapabilities)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	rendered, err := engine.Render(chrt, renderValues)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
