@@ -375,6 +375,21 @@ func TestDocumentedClusterRolesExist(t *testing.T) {
 	}
 	g.Expect(roles).To(HaveKey("toolgate-toolcall-agent"))
 	g.Expect(roles).NotTo(HaveKey("toolcall-agent"))
+	// The samples' ClusterRoles (the grant of the sample tool), applied as they are.
+	samples, err := filepath.Glob(filepath.Join(repoRoot(t), "config/samples/*_role.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, file := range samples {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		g.Expect(yaml.Unmarshal([]byte(readFile(t, strings.TrimPrefix(file, repoRoot(t)+"/"))), &obj)).To(Succeed(), file)
+		g.Expect(obj.Kind).To(Equal("ClusterRole"), file)
+		roles[obj.Metadata.Name] = true
+	}
+	g.Expect(roles).To(HaveKey("toolgate-call-issue-refund"))
 
 	re := regexp.MustCompile(`--clusterrole=([a-z0-9-]+)|ClusterRole ` + "`" + `([a-z0-9-]+)` + "`")
 	checked := 0
@@ -382,7 +397,7 @@ func TestDocumentedClusterRolesExist(t *testing.T) {
 		for _, m := range re.FindAllStringSubmatch(readFile(t, file), -1) {
 			name := m[1] + m[2]
 			checked++
-			g.Expect(roles).To(HaveKey(name), "%s refers to ClusterRole %s, which config/rbac does not define", file, name)
+			g.Expect(roles).To(HaveKey(name), "%s refers to ClusterRole %s, which neither config/rbac nor config/samples defines", file, name)
 		}
 	}
 	g.Expect(checked).To(BeNumerically(">", 0))

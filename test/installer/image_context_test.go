@@ -164,6 +164,7 @@ func readImageList(g Gomega, root string) []imageRow {
 	g.Expect(rows).NotTo(BeEmpty())
 	return rows
 }
+
 // copyFromContext copies what the build context (the files under root that .dockerignore's patterns
 // pm leave in) holds at src, a file or a directory, to dst, as COPY does; it returns how many files
 // it copied.
