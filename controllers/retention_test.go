@@ -25,8 +25,8 @@ func deletedCalls(outcome string) float64 {
 	return th.MetricValue("toolgate_finished_toolcalls_deleted_total", map[string]string{"outcome": outcome})
 }
 
-// exists reports whether the ToolCall is still in the apiserver.
-func exists(h *th.Harness, name string) func() bool {
+// toolCallExists reports whether the ToolCall is still in the apiserver.
+func toolCallExists(h *th.Harness, name string) func() bool {
 	return func() bool {
 		err := h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, &tg.ToolCall{})
 		h.G.Expect(client.IgnoreNotFound(err)).NotTo(HaveOccurred())
@@ -55,7 +55,7 @@ func TestFinishedToolCallIsDeletedAfterItsTTL(t *testing.T) {
 	done := h.WaitPhase("refund", tg.PhaseSucceeded)
 	g.Expect(done.Finalizers).To(BeEmpty())
 	stats := h.Provider.Stats()
-	g.Consistently(exists(h, "refund")).WithTimeout(5*time.Second).Should(BeTrue(), "kept while the manager's clock is short of the TTL")
+	g.Consistently(toolCallExists(h, "refund")).WithTimeout(5*time.Second).Should(BeTrue(), "kept while the manager's clock is short of the TTL")
 
 	clk.SetTime(clk.Now().Add(time.Minute))
 	h.WaitGone("refund", 30*time.Second)
@@ -73,12 +73,12 @@ func TestFinishedToolCallIsDeletedAfterItsTTL(t *testing.T) {
 	h.Restart()
 	g.Consistently(h.Jobs).WithTimeout(2 * time.Second).Should(HaveLen(1))
 	g.Expect(h.Provider.Stats().Submits).To(Equal(stats.Submits), "nothing is asked again")
-	g.Expect(exists(h, "refund")()).To(BeFalse())
+	g.Expect(toolCallExists(h, "refund")()).To(BeFalse())
 }
 
-// denyAll makes a Tool whose rule denies every call (it ends Rejected at once, nobody is asked),
+// denyingTool makes a Tool whose rule denies every call (it ends Rejected at once, nobody is asked),
 // with its own TTL when ttl is not nil.
-func denyAll(ttl *time.Duration) func(*tg.Tool) {
+func denyingTool(ttl *time.Duration) func(*tg.Tool) {
 	return func(tool *tg.Tool) {
 		tool.Spec.Approval = &tg.ApprovalPolicy{Rules: []tg.ApprovalRule{{Name: "deny-all", Expression: "true", Action: tg.ActionDeny}}}
 		if ttl != nil {
@@ -95,9 +95,9 @@ func TestRetentionFollowsTheToolAndTheKeepLabel(t *testing.T) {
 	h := th.New(t, env, th.WithClock(clk), th.WithFinishedCallTTL(time.Hour))
 	g := h.G
 	ctx := context.Background()
-	h.Tool("issue-refund", "issue_refund", "", denyAll(nil))
-	h.Tool("restart-pod", "restart_pod", "", denyAll(ptr.To(10*time.Minute)))
-	rotate := h.Tool("rotate-key", "rotate_key", "", denyAll(ptr.To(time.Duration(0))))
+	h.Tool("issue-refund", "issue_refund", "", denyingTool(nil))
+	h.Tool("restart-pod", "restart_pod", "", denyingTool(ptr.To(10*time.Minute)))
+	rotate := h.Tool("rotate-key", "rotate_key", "", denyingTool(ptr.To(time.Duration(0))))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, nil)
 	kept := h.NewToolCall("refund-kept", "issue_refund", th.RefundArgs, time.Hour, nil)
 	kept.Labels = map[string]string{tg.LabelKeep: "true"}
@@ -116,16 +116,16 @@ func TestRetentionFollowsTheToolAndTheKeepLabel(t *testing.T) {
 	h.Restart()
 	h.WaitGone("restart", 30*time.Second)
 	g.Consistently(func() []bool {
-		return []bool{exists(h, "refund")(), exists(h, "refund-kept")(), exists(h, "rotate")()}
-	}).WithTimeout(2*time.Second).Should(Equal([]bool{true, true, true}))
+		return []bool{toolCallExists(h, "refund")(), toolCallExists(h, "refund-kept")(), toolCallExists(h, "rotate")()}
+	}).WithTimeout(2 * time.Second).Should(Equal([]bool{true, true, true}))
 
 	// Two hours on, the manager's hour has passed: the call without a label goes, the labelled one
 	// and the one whose Tool keeps its calls forever stay.
 	clk.SetTime(start.Add(2 * time.Hour))
 	h.Restart()
 	h.WaitGone("refund", 30*time.Second)
-	g.Consistently(func() []bool { return []bool{exists(h, "refund-kept")(), exists(h, "rotate")()} }).
-		WithTimeout(2*time.Second).Should(Equal([]bool{true, true}))
+	g.Consistently(func() []bool { return []bool{toolCallExists(h, "refund-kept")(), toolCallExists(h, "rotate")()} }).
+		WithTimeout(2 * time.Second).Should(Equal([]bool{true, true}))
 
 	// Without its label, the kept call goes: the label's removal reconciles it.
 	g.Eventually(func() error {
@@ -180,13 +180,13 @@ func TestWithoutATTLFinishedCallsAreKept(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	h := th.New(t, env, th.WithClock(clk))
 	g := h.G
-	h.Tool("issue-refund", "issue_refund", "", denyAll(nil))
+	h.Tool("issue-refund", "issue_refund", "", denyingTool(nil))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, time.Hour, nil)
 	h.WaitPhase("refund", tg.PhaseRejected)
 
 	clk.SetTime(clk.Now().Add(10 * 365 * 24 * time.Hour))
 	h.Restart()
-	g.Consistently(exists(h, "refund")).WithTimeout(3 * time.Second).Should(BeTrue())
+	g.Consistently(toolCallExists(h, "refund")).WithTimeout(3 * time.Second).Should(BeTrue())
 }
 
 // A status that says a call finished long ago, written by someone else while its Job runs, does not
@@ -210,7 +210,7 @@ func TestForgedFinishedStatusDoesNotDeleteARunningJob(t *testing.T) {
 			}
 		}
 	})
-	g.Consistently(exists(h, "refund")).WithTimeout(3*time.Second).Should(BeTrue(), "its Job still runs")
+	g.Consistently(toolCallExists(h, "refund")).WithTimeout(3*time.Second).Should(BeTrue(), "its Job still runs")
 	g.Expect(h.Jobs()).To(HaveLen(1))
 
 	h.FinishJob(running.Status.JobName, true, `{"refunded":true}`)

@@ -87,6 +87,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
+// A finished call is only retired (retention.go): deleted once its time to live has passed.
 // Each step takes the reconcile's scope (scope.go) and records one row of the outcome table
 // (controllers/internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase,
 // and the reconcile is retried with backoff. Before any step, a ToolCall the apiserver removed despite its
