@@ -21,10 +21,10 @@ import (
 )
 
 // retire deletes a finished ToolCall once its time to live has passed (lifecycle.DeleteAt), or
-// requeues it for that moment. It is reached only for a call in a terminal phase whose finalizer is
-// removed: no request of it can be pending, so its deletion withdraws nothing at the provider
-// (reconcileDelete has nothing to do for it), and its Job, owned by it, goes with it through the
-// garbage collector. A restart cannot run the tool again: the ToolCall is gone, and a ToolCall created
+// requeues it for that moment. It is reached only for a call in a terminal phase whose finalizer was
+// just removed (or whose removal met a newer write, which makes the delete below conflict too): no
+// request of it can be pending, so its deletion withdraws nothing at the provider (reconcileDelete
+// has nothing to do for it), and its Job, owned by it, goes with it through the garbage collector. A restart cannot run the tool again: the ToolCall is gone, and a ToolCall created
 // again under its name is a new call (new UID, new Job name, new approval).
 //
 // The delete is conditional on the ToolCall as read (UID and resourceVersion): a label added since
