@@ -48,6 +48,7 @@ func main() {
 	flag.DurationVar(&timing.SubmitAllowance, "submit-allowance", timing.SubmitAllowance, "Time left for submitting when the approval timeout is defaulted.")
 	flag.DurationVar(&timing.SkewMargin, "skew-margin", timing.SkewMargin, "An approval is treated as expired this long before decision.expires_at.")
 	flag.DurationVar(&o.CancelGiveUp, "cancel-give-up", o.CancelGiveUp, "How long deleting a ToolCall keeps trying to cancel its request on an unreachable provider.")
+	flag.DurationVar(&o.FinishedCallTTL, "finished-toolcall-ttl", o.FinishedCallTTL, "How long a finished ToolCall is kept, counted from when it finished, before the manager deletes it (with its Job); a Tool's spec.finishedCallTTL wins over it, and a ToolCall labelled toolgate.dev/keep=true is kept. 0: keep forever; otherwise at least 1m.")
 	flag.IntVar(&providerMaxConns, "provider-max-conns", 0, "Upper bound on connections to the provider (0: none; each pending long poll holds one).")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "Reconcile workers.")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to serve (empty: all).")
@@ -65,9 +66,11 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := checkPollWait(o.PollWait); err != nil {
-		log.Error(err, "invalid configuration")
-		os.Exit(2)
+	for _, err := range []error{checkPollWait(o.PollWait), controllers.CheckFinishedCallTTL(o.FinishedCallTTL)} {
+		if err != nil {
+			log.Error(err, "invalid configuration")
+			os.Exit(2)
+		}
 	}
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
@@ -89,7 +92,7 @@ func main() {
 		log.Error(err, "unable to set up the manager")
 		os.Exit(1)
 	}
-	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait, "namespaces", o.Namespaces)
+	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait, "namespaces", o.Namespaces, "finishedToolCallTTL", o.FinishedCallTTL)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)

@@ -5,8 +5,9 @@
 //   - controllers/toolcall: the ToolCall controller. It puts a human approval (or the Tool's rule) in
 //     front of every ToolCall and runs the Tool's Job only for a valid approval. Reconcile and its
 //     phase table are in controller.go; each step has a file: acceptance.go, policy.go,
-//     approval.go, asyncwait.go, toolversion.go, job.go and jobpods.go, deletion.go, and gone.go
-//     with gonereplay.go for ToolCalls the apiserver removed despite their finalizer.
+//     approval.go, asyncwait.go, toolversion.go, job.go and jobpods.go, deletion.go, gone.go
+//     with gonereplay.go for ToolCalls the apiserver removed despite their finalizer, and
+//     retention.go, which deletes finished ToolCalls once their time to live has passed.
 //   - controllers/tool: the Tool controller, which reports whether each Tool's approval rules compile.
 //   - controllers/approvalprovider: the controller of ApprovalProviders and ClusterApprovalProviders,
 //     which checks each one's credential and reachability, provisions its AAP instance and registers

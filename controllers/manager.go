@@ -44,7 +44,10 @@ type Options struct {
 	Timing                   Timing
 	CallTimeout              time.Duration
 	CancelGiveUp             time.Duration
-	MaxConcurrentReconciles  int
+	// FinishedCallTTL is how long a finished ToolCall is kept, counted from when it finished, when its
+	// Tool sets no spec.finishedCallTTL; 0 (the default) keeps finished ToolCalls forever.
+	FinishedCallTTL         time.Duration
+	MaxConcurrentReconciles int
 
 	// Namespaces limits the manager to these namespaces (all when empty).
 	Namespaces []string
@@ -218,6 +221,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Clock:                   o.Clock,
 		Timing:                  o.Timing,
 		CancelGiveUp:            o.CancelGiveUp,
+		FinishedCallTTL:         o.FinishedCallTTL,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Providers:               provs,
 		Tools:                   tools,

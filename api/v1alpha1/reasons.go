@@ -24,6 +24,11 @@ const (
 	LabelClusterProvider = "toolgate.dev/cluster-approval-provider"
 )
 
+// LabelKeep with the value "true" on a ToolCall keeps it forever once it has finished: the manager's
+// retention (--finished-toolcall-ttl, a Tool's spec.finishedCallTTL) never deletes it. Any other
+// value, or none, leaves the call to its retention.
+const LabelKeep = "toolgate.dev/keep"
+
 // Labels the controller puts on the Jobs (and their Pods) it creates.
 const (
 	LabelToolCallUID  = "toolgate.dev/toolcall-uid"

@@ -57,6 +57,17 @@ type ToolSpec struct {
 	// +optional
 	ProviderRef *ProviderRef `json:"providerRef,omitempty"`
 
+	// finishedCallTTL is how long a finished ToolCall of this tool is kept, counted from when it
+	// entered its final phase (its Ready condition's lastTransitionTime); the manager then deletes it,
+	// and its Job with it. 0s keeps them forever; otherwise at least 1m, so that a caller waiting for
+	// the outcome reads it first. Without it, the manager's --finished-toolcall-ttl applies. A ToolCall
+	// labelled toolgate.dev/keep: "true" is kept forever whatever this says; a call that has not
+	// finished is never deleted.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1m'))",message="finishedCallTTL must be 0s (keep finished calls forever) or a duration of at least 1m such as 24h or 720h"
+	// +optional
+	FinishedCallTTL *metav1.Duration `json:"finishedCallTTL,omitempty"`
+
 	// mcpAnnotations are the MCP tool annotations the MCP gateway advertises for this tool. They are
 	// hints for clients and agents; they never change whether a call needs approval.
 	// +optional

@@ -671,6 +671,11 @@ func (in *ToolSpec) DeepCopyInto(out *ToolSpec) {
 		*out = new(ProviderRef)
 		**out = **in
 	}
+	if in.FinishedCallTTL != nil {
+		in, out := &in.FinishedCallTTL, &out.FinishedCallTTL
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.MCPAnnotations != nil {
 		in, out := &in.MCPAnnotations, &out.MCPAnnotations
 		*out = new(MCPToolAnnotations)

@@ -62,6 +62,9 @@ type Reconciler struct {
 	Timing Timing
 	// CancelGiveUp bounds how long deletion keeps trying to cancel an unreachable provider's request.
 	CancelGiveUp time.Duration
+	// FinishedCallTTL is how long a finished ToolCall is kept when its Tool sets no
+	// spec.finishedCallTTL (0: forever); retention.go.
+	FinishedCallTTL time.Duration
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
 
@@ -75,7 +78,7 @@ type Reconciler struct {
 	gone     goneCalls
 }
 
-// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=toolgate.dev,resources=toolcalls/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolgate.dev,resources=tools,verbs=get;list;watch
@@ -84,6 +87,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
+// A finished call is only retired (retention.go): deleted once its time to live has passed.
 // Each step takes the reconcile's scope (scope.go) and records one row of the outcome table
 // (controllers/internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase,
 // and the reconcile is retried with backoff. Before any step, a ToolCall the apiserver removed despite its
@@ -119,7 +123,8 @@ type Reconciler struct {
 //	                                                                  Running)
 //	Running           observeJob (job.go), observePods (jobpods.go)   Running (ImageUnavailable, back to
 //	                                                                  JobCreated), Succeeded, Failed
-//	terminal          removeFinalizer (deletion.go)                   -
+//	terminal          removeFinalizer (deletion.go), then retire      - (once its time to live has
+//	                  (retention.go)                                  passed: the ToolCall is deleted)
 //	(deleted)         reconcileDelete (deletion.go)                   the ToolCall is gone
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if err := r.withdrawGone(ctx, req.NamespacedName); err != nil {
@@ -141,7 +146,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if tc.Status.Phase.IsTerminal() {
 		r.stopWaiting(tc.UID)
-		return ctrl.Result{}, r.removeFinalizer(ctx, tc)
+		if err := r.removeFinalizer(ctx, tc); err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.retire(ctx, tc)
 	}
 
 	orig := tc.DeepCopy()
@@ -268,6 +276,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(mgr.GetCache(), &tg.Tool{},
 			handler.TypedEnqueueRequestsFromMapFunc(toolToWaitingCalls(mgr.GetClient())),
 			predicate.TypedGenerationChangedPredicate[*tg.Tool]{})).
+		// A Tool whose spec.finishedCallTTL may now say otherwise reaches the finished calls of its
+		// toolName (retention.go).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &tg.Tool{}, toolRetentionChanged(mgr.GetClient()))).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		// A notification the receiver takes is a decision to read: it is queued as the waiter's are,
 		// at once (handOver, whose reconcile records it), and again when the watch shows it recorded.

@@ -17,6 +17,11 @@ var (
 		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
 	})
 
+	finishedCallsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_finished_toolcalls_deleted_total",
+		Help: "Finished ToolCalls the manager deleted once their time to live had passed, by outcome (the phase).",
+	}, []string{"outcome"})
+
 	policyDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_policy_decisions_total",
 		Help: "ToolCalls decided by a rule of their Tool's spec.approval without asking a human, by action (Approve, Deny).",
@@ -24,5 +29,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, policyDecisions)
+	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, policyDecisions, finishedCallsDeleted)
 }

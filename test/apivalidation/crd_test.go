@@ -473,6 +473,7 @@ func TestBadDurationsAreRefused(t *testing.T) {
 		waitingLimitMsg = "waitingLimit must be a positive duration such as 90s, 30m or 1h30m"
 		timeoutMsg      = "timeout must be a duration of at least 1s such as 90s, 30m or 1h30m"
 		executionMsg    = "executionTimeout must be a positive duration such as 90s, 5m or 1h30m"
+		finishedTTLMsg  = "finishedCallTTL must be 0s (keep finished calls forever) or a duration of at least 1m such as 24h or 720h"
 	)
 	cases := []struct {
 		name  string
@@ -495,6 +496,11 @@ func TestBadDurationsAreRefused(t *testing.T) {
 		{"executionTimeout not a duration", toolU(ns), "executionTimeout", "forever", executionMsg},
 		{"executionTimeout zero", toolU(ns), "executionTimeout", "0s", executionMsg},
 		{"executionTimeout negative", toolU(ns), "executionTimeout", "-1h", executionMsg},
+		{"finishedCallTTL under a minute", toolU(ns), "finishedCallTTL", "59s", finishedTTLMsg},
+		{"finishedCallTTL negative", toolU(ns), "finishedCallTTL", "-1h", finishedTTLMsg},
+		{"finishedCallTTL not a duration", toolU(ns), "finishedCallTTL", "forever", finishedTTLMsg},
+		{"finishedCallTTL in days", toolU(ns), "finishedCallTTL", "7d", finishedTTLMsg},
+		{"finishedCallTTL without a unit", toolU(ns), "finishedCallTTL", "0", finishedTTLMsg},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -522,6 +528,25 @@ func TestBadDurationsAreRefused(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A Tool's spec.finishedCallTTL: 0s (keep forever) or at least a minute, kept as written.
+func TestFinishedCallTTLIsAccepted(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	for i, ttl := range []string{"0s", "1m", "720h", "1h30m"} {
+		t.Run(ttl, func(t *testing.T) {
+			g := NewWithT(t)
+			u := validToolU(ns, fmt.Sprintf("ttl-%d", i))
+			g.Expect(unstructured.SetNestedField(u.Object, ttl, "spec", "finishedCallTTL")).To(Succeed())
+			g.Expect(k8s.Create(ctx, u)).To(Succeed())
+			got := &tg.Tool{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(u), got)).To(Succeed())
+			want, err := time.ParseDuration(ttl)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Spec.FinishedCallTTL).To(Equal(&metav1.Duration{Duration: want}))
+		})
+	}
 }
 
 func toolCallU(ns string) func(string) *unstructured.Unstructured {

@@ -67,6 +67,9 @@ var allowedPermissions = map[string]map[string]string{
 		"list toolcalls.toolgate.dev":  "caches ToolCalls (the reconcile source)",
 		"watch toolcalls.toolgate.dev": "caches ToolCalls (the reconcile source)",
 		"patch toolcalls.toolgate.dev": "adds and removes the finalizer and the acceptance annotations",
+		// RBAC cannot tell a finished call from one under way: the manager deletes only finished ones
+		// (lifecycle.DeleteAt), and never one whose Job still runs.
+		"delete toolcalls.toolgate.dev": "deletes finished ToolCalls once their time to live has passed (--finished-toolcall-ttl, a Tool's spec.finishedCallTTL)",
 		// The controller only patches; update grants nothing that patch does not.
 		"update toolcalls.toolgate.dev":                      "granted by the marker alongside patch",
 		"get toolcalls.toolgate.dev/status":                  "granted by the marker; the status arrives with the object",
@@ -550,6 +553,17 @@ func (f *fixture) toolCall(ns string) *tg.ToolCall {
 	return tc
 }
 
+// finishedToolCall makes a ToolCall that has ended: no finalizer, a terminal phase.
+func (f *fixture) finishedToolCall(ns string) *tg.ToolCall {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	tc := f.toolCallObject(ns)
+	f.must(tc)
+	tc.Status.Phase = tg.PhaseSucceeded
+	g.Expect(f.admin.Status().Update(f.ctx, tc)).To(Succeed())
+	return tc
+}
+
 func (f *fixture) toolObject(ns string) *tg.Tool {
 	name := f.name("tool")
 	return &tg.Tool{
@@ -683,6 +697,16 @@ func watchList(list client.ObjectList, ns string) func(*fixture, client.WithWatc
 
 func deleteToolCall(ns string) func(*fixture, client.WithWatch) error {
 	return func(f *fixture, c client.WithWatch) error { return c.Delete(f.ctx, f.toolCall(ns)) }
+}
+
+// retireToolCall deletes a finished ToolCall as the manager's retention does: on the UID and
+// resourceVersion it read, its Job left to the garbage collector.
+func retireToolCall(ns string) func(*fixture, client.WithWatch) error {
+	return func(f *fixture, c client.WithWatch) error {
+		tc := f.finishedToolCall(ns)
+		return c.Delete(f.ctx, tc, client.Preconditions{UID: &tc.UID, ResourceVersion: &tc.ResourceVersion},
+			client.PropagationPolicy(metav1.DeletePropagationBackground))
+	}
 }
 
 // updateToolCallMetadata drops the finalizer that guarantees a pending request is cancelled.
@@ -1055,7 +1079,11 @@ func accessTable(system string) []access {
 		allow("manager", "create", "authentication.k8s.io", "tokenreviews", "", createTokenReview()),
 		allow("manager", "create", "authorization.k8s.io", "subjectaccessreviews", "", createSubjectAccessReview()),
 		deny("manager", "create", toolgate, "toolcalls", other, createToolCall(other)),
-		deny("manager", "delete", toolgate, "toolcalls", other, deleteToolCall(other)),
+		allow("manager", "delete", toolgate, "toolcalls", other, retireToolCall(other)).changing("a finished call past its time to live"),
+		deny("manager", "deletecollection", toolgate, "toolcalls", other, func(f *fixture, c client.WithWatch) error {
+			f.finishedToolCall(other)
+			return c.DeleteAllOf(f.ctx, &tg.ToolCall{}, client.InNamespace(other))
+		}),
 		deny("manager", "create", toolgate, "tools", other, createTool(other)),
 		deny("manager", "update", toolgate, "tools", other, updateTool(other)),
 		deny("manager", "patch", toolgate, "tools", other, patchTool(other)),

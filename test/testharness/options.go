@@ -20,6 +20,11 @@ func WithCancelGiveUp(d time.Duration) Option {
 	return func(h *Harness) { h.Opts.CancelGiveUp = d }
 }
 
+// WithFinishedCallTTL sets the manager's --finished-toolcall-ttl.
+func WithFinishedCallTTL(d time.Duration) Option {
+	return func(h *Harness) { h.Opts.FinishedCallTTL = d }
+}
+
 // WithProvider changes the reference provider's options before it starts.
 func WithProvider(f func(*reference.Options)) Option {
 	return func(h *Harness) { f(&h.providerOpts) }
