@@ -190,6 +190,7 @@ func TestChartValues(t *testing.T) {
 		g.Expect(*d.Spec.Replicas).To(BeEquivalentTo(1))
 		g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--provider-url")), "no provider of its own by default")
 		g.Expect(c.Args).To(ContainElement("--cluster-resource-namespace=" + release))
+		g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--finished-toolcall-ttl")), "finished calls are kept by default")
 		for key, obj := range r {
 			ns := obj["metadata"].(map[string]any)["namespace"]
 			g.Expect(ns == nil || ns == release).To(BeTrue(), "%s is in the release namespace", key)
@@ -272,11 +273,12 @@ extraEnv: [{name: GOMEMLIMIT, value: 200MiB}]
 	t.Run("provider", func(t *testing.T) {
 		g := NewWithT(t)
 		r := render(t, `provider: {url: "https://approvals.internal.example:8443/base", credentialSecret: aap-cred, caConfigMap: aap-ca}
-clusterResourceNamespace: shared-secrets`)
+clusterResourceNamespace: shared-secrets
+finishedToolCallTTL: 720h`)
 		d, c := managerContainer(g, r)
 		g.Expect(c.Args).To(ContainElements("--provider-url=https://approvals.internal.example:8443/base",
 			"--provider-credential-file=/var/run/toolgate/provider/credential", "--provider-ca-file=/var/run/toolgate/provider-ca/ca.crt",
-			"--cluster-resource-namespace=shared-secrets"))
+			"--cluster-resource-namespace=shared-secrets", "--finished-toolcall-ttl=720h"))
 		g.Expect(volume(g, d, "provider-credential").Secret.SecretName).To(Equal("aap-cred"))
 		g.Expect(volume(g, d, "provider-credential").Secret.Optional).To(BeNil(), "the Pod waits for the credential rather than crash")
 		g.Expect(volume(g, d, "provider-ca").ConfigMap.Name).To(Equal("aap-ca"))
