@@ -90,6 +90,8 @@ build_tools() {
   mkdir -p bin
   go build -o bin/cluster ./hack/cluster
   go build -o bin/image ./hack/image
+  # The Helm command line the chart is installed with (hack/tools/helm pins it with the SDK's release).
+  (cd hack/tools/helm && go build -o ../../../bin/helm helm.sh/helm/v4/cmd/helm)
 }
 
 # build_images writes the image tarballs into ${state}/images: one per row of hack/images.txt, and
@@ -209,8 +211,9 @@ receiver_tls() {
   ) >"${state}/receiver.log" 2>&1 || { cat "${state}/receiver.log" >&2; die "issuing the receiver's certificate with openssl failed"; }
 }
 
-# cmd_install installs Toolgate as users do (dist/install.yaml, here through the config/dev overlay that
-# adds the reference provider and points the manager at it) with a fresh provider credential.
+# cmd_install installs Toolgate as users do, with the chart (dist/chart, the values of
+# config/dev/values.yaml: the images of this checkout, the reference provider as the manager's own, the
+# receiver on), and the reference provider beside it (config/dev), with a fresh provider credential.
 cmd_install() {
   running || die "the cluster is not running: hack/cluster.sh up"
   export KUBECONFIG="${kubeconfig}"
@@ -223,6 +226,8 @@ cmd_install() {
   # provision theirs, and the admin grants each approver their team's instance by id.
   (umask 077 && printf 'alice %s instances=\nbob %s instances=\n' "$(cat "${state}/alice-credential")" "$(cat "${state}/bob-credential")" >"${approvers}")
   kubectl create namespace toolgate-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # The manager runs under the restricted Pod Security Standard.
+  kubectl label namespace toolgate-system --overwrite pod-security.kubernetes.io/enforce=restricted >/dev/null
   kubectl -n toolgate-system create secret generic toolgate-provider-credential --from-file=credential="${cred}" \
     --from-file=provisioner-token="${token}" --from-file=approvers="${approvers}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # The reference provider's admin credential (its admin API and approval page) in a Secret of its own,
@@ -239,7 +244,10 @@ cmd_install() {
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   local existed=0
   kubectl -n toolgate-system get deployment toolgate-controller-manager >/dev/null 2>&1 && existed=1
-  # config/dev builds on dist/install.yaml, which lies outside it.
+  [[ -x bin/helm ]] || build_tools
+  bin/helm upgrade --install toolgate dist/chart --namespace toolgate-system --values config/dev/values.yaml \
+    >&2
+  # config/dev names the sample grant in config/samples, which lies outside it.
   kubectl kustomize --load-restrictor=LoadRestrictionsNone config/dev | kubectl apply -f - >&2
   if ((existed)); then
     # The image tags stay :dev; images imported since the last install take effect on a restart.
