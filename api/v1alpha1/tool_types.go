@@ -127,7 +127,9 @@ type ToolStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: ApprovalRulesReady.
+	// conditions: ApprovalRulesReady (the approval rules compiled); Ready (calls can be accepted: the
+	// approval rules and argumentsSchema compiled), and kstatus's Reconciling and Stalled (True when
+	// they do not compile, a configuration error only a change of the Tool fixes).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -150,6 +152,9 @@ type Tool struct {
 	// +required
 	Spec ToolSpec `json:"spec"`
 
+	// A Tool the controller has not checked yet reads with status.observedGeneration 0, older than
+	// its generation: kstatus reports it InProgress from its creation, not Current.
+	// +kubebuilder:default={observedGeneration: 0}
 	// +optional
 	Status ToolStatus `json:"status,omitempty"`
 }
