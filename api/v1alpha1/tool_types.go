@@ -140,6 +140,8 @@ type ToolStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=toolgate
 // +kubebuilder:printcolumn:name="Tool Name",type=string,JSONPath=`.spec.toolName`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Execution Timeout",type=string,JSONPath=`.spec.executionTimeout`,priority=1
 // +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.conditions[?(@.type=="ApprovalRulesReady")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

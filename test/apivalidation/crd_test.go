@@ -182,7 +182,7 @@ func TestCRDsAreEstablished(t *testing.T) {
 		{
 			name:         "tools.toolgate.dev",
 			statusSubres: true,
-			columns:      []column{{"Tool Name", 0}, {"Execution Timeout", 1}, {"Rules", 1}, {"Age", 0}},
+			columns:      []column{{"Tool Name", 0}, {"Ready", 0}, {"Reason", 1}, {"Execution Timeout", 1}, {"Rules", 1}, {"Age", 0}},
 		},
 	}
 	for _, tc := range cases {
