@@ -82,7 +82,7 @@ func Readiness() []readiness.Row {
 }
 
 // ready is the Tool's Ready condition: its calls can be accepted when its approval rules (rules, the
-// ApprovalRulesReady condition) and its argumentsSchema compile; either that does not is a
+// ApprovalRulesReady condition) and its argumentsSchema compile; either one not compiling is a
 // configuration error only a change of the Tool fixes.
 func ready(tool *tg.Tool, rules metav1.Condition, c *toolcache.Cache) (readiness.Progress, string, string) {
 	schema := "No spec.argumentsSchema."
