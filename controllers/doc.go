@@ -8,10 +8,11 @@
 //     approval.go, asyncwait.go, toolversion.go, job.go and jobpods.go, deletion.go, gone.go
 //     with gonereplay.go for ToolCalls the apiserver removed despite their finalizer, and
 //     retention.go, which deletes finished ToolCalls once their time to live has passed.
-//   - controllers/tool: the Tool controller, which reports whether each Tool's approval rules compile.
+//   - controllers/tool: the Tool controller, which reports whether each Tool's approval rules and
+//     argumentsSchema compile (ApprovalRulesReady, and Ready with kstatus's conditions).
 //   - controllers/approvalprovider: the controller of ApprovalProviders and ClusterApprovalProviders,
-//     which checks each one's credential and reachability, provisions its AAP instance and registers
-//     its webhook receiver.
+//     which checks each one's credential and reachability (Ready with kstatus's conditions),
+//     provisions its AAP instance and registers its webhook receiver.
 //   - controllers/receiver: the AAP webhook receiver, which answers providers' verification messages
 //     and has notifications recorded on the ToolCalls they concern.
 //   - internal/waiter: the long polls of pending approval requests, one goroutine each.
@@ -24,10 +25,11 @@
 // What they share is in controllers/internal: lifecycle (the rules the ToolCall steps apply without
 // the cluster: the outcome table, the run gate, timing, the acceptance record), providers (which
 // provider serves a Tool, a client for each, the Secrets that consent to serve them, and Unusable,
-// why one cannot), toolcache (what is derived from each Tool generation) and mergepatch (the one way
-// status and finalizers are written).
+// why one cannot), toolcache (what is derived from each Tool generation), readiness (the Ready,
+// Reconciling and Stalled conditions of Tools and provider objects, and the event of a change of
+// Ready) and mergepatch (the one way status and finalizers are written).
 //
 // metrics.go counts the manager's apiserver writes and provider errors; restmapper.go keeps the REST
-// mappings its cache asks for; outcomes.go and timing.go give the outcome and event tables and the
-// timing options to the manager's users.
+// mappings its cache asks for; outcomes.go and timing.go give the outcome, event and readiness tables
+// and the timing options to the manager's users.
 package controllers

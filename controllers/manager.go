@@ -231,12 +231,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
-	toolController := &tool.Reconciler{Client: mgr.GetClient(), Tools: tools}
+	toolController := &tool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Tools: tools}
 	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
 	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
-		pr := &approvalprovider.Reconciler{Client: mgr.GetClient(), Clock: o.Clock, Kind: kind, Providers: provs}
+		pr := &approvalprovider.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"),
+			Clock: o.Clock, Kind: kind, Providers: provs}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", kind, err)
 		}

@@ -168,7 +168,10 @@ type ApprovalProviderStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// conditions: Ready is True when an authenticated read at the provider succeeded with this
-	// generation's settings; its reason and message say what is wrong otherwise.
+	// generation's settings; its reason and message say what is wrong otherwise. kstatus's
+	// Reconciling is True while the manager retries a provider it could not read, and Stalled on a
+	// settings error only a change fixes (a missing Secret, a refused credential). Delivery: the
+	// webhook registration of spec.delivery.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -239,6 +242,9 @@ type ApprovalProvider struct {
 
 	// +required
 	Spec ApprovalProviderSpec `json:"spec"`
+	// An object the manager has not checked yet reads with status.observedGeneration 0, older than
+	// its generation: kstatus reports it InProgress from its creation, not Current.
+	// +kubebuilder:default={observedGeneration: 0}
 	// +optional
 	Status ApprovalProviderStatus `json:"status,omitempty"`
 }
@@ -267,6 +273,9 @@ type ClusterApprovalProvider struct {
 
 	// +required
 	Spec ApprovalProviderSpec `json:"spec"`
+	// An object the manager has not checked yet reads with status.observedGeneration 0, older than
+	// its generation: kstatus reports it InProgress from its creation, not Current.
+	// +kubebuilder:default={observedGeneration: 0}
 	// +optional
 	Status ApprovalProviderStatus `json:"status,omitempty"`
 }

@@ -108,25 +108,43 @@ const (
 	ReasonRegistrationFailed = "RegistrationFailed"
 )
 
-// Condition types on a ToolCall.
+// Condition types on a ToolCall. Ready, Reconciling and Stalled are also on Tools, ApprovalProviders
+// and ClusterApprovalProviders, where they say whether the object can be used.
 const (
 	// ConditionApproved: True once a valid approval was obtained; False when it will not be.
 	ConditionApproved = "Approved"
 	// ConditionExecuted: True once the Job exists (the tool was started); False when it never will.
 	ConditionExecuted = "Executed"
-	// ConditionReady: True once the ToolCall reached a terminal phase and its outcome is final.
+	// ConditionReady: True once the ToolCall reached a terminal phase and its outcome is final. On a
+	// Tool: its calls can be accepted (its approval rules and argumentsSchema compiled). On a provider
+	// object: an authenticated read at the provider succeeded.
 	ConditionReady = "Ready"
 	// ConditionReconciling (kstatus): True while the call is Pending, AwaitingApproval or Running;
 	// False once it ended. kstatus, and the tools built on it (Flux's wait, kapply, Config Sync),
-	// report such a ToolCall InProgress.
+	// report such a ToolCall InProgress. On a provider object: True while the manager retries a
+	// provider it could not read (Ready False, Unreachable or ProvisioningFailed).
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled (kstatus): set once the call ended; True for every outcome other than
-	// Succeeded (the tool did not run, or ran and failed), which kstatus reports as Failed.
+	// Succeeded (the tool did not run, or ran and failed), which kstatus reports as Failed. On a Tool
+	// or provider object: True on a configuration error that only a change fixes (rules or a schema
+	// that do not compile, a missing or refused credential, an invalid CA bundle).
 	ConditionStalled = "Stalled"
 )
 
 // ConditionApprovalRulesReady is the Tool condition that says whether its approval rules compiled.
 const ConditionApprovalRulesReady = "ApprovalRulesReady"
+
+// Reasons of a Tool's Ready condition, besides InvalidApprovalRules (its rules do not compile). They
+// are also the reasons of its Reconciling and Stalled conditions, and of the event that reports a
+// change of Ready; likewise for the reasons of a provider object's Ready condition.
+const (
+	// ReasonSpecCompiled: the Tool's approval rules and argumentsSchema compiled (or it has none): its
+	// calls can be accepted.
+	ReasonSpecCompiled = "SpecCompiled"
+	// ReasonInvalidArgumentsSchema: the Tool's spec.argumentsSchema does not compile; its calls end
+	// Rejected (InvalidTool).
+	ReasonInvalidArgumentsSchema = "InvalidArgumentsSchema"
+)
 
 // Reasons are used in status.reason, condition reasons and event reasons: stable CamelCase words, each
 // Go name the word itself. They are grouped by the phase they are first recorded with; a reason

@@ -141,7 +141,9 @@ type ToolStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: ApprovalRulesReady.
+	// conditions: ApprovalRulesReady (the approval rules compiled); Ready (calls can be accepted: the
+	// approval rules and argumentsSchema compiled), and kstatus's Reconciling and Stalled (True when
+	// they do not compile, a configuration error only a change of the Tool fixes).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -152,8 +154,10 @@ type ToolStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=toolgate
 // +kubebuilder:printcolumn:name="Tool Name",type=string,JSONPath=`.spec.toolName`
-// +kubebuilder:printcolumn:name="Rules Ready",type=string,JSONPath=`.status.conditions[?(@.type=="ApprovalRulesReady")].status`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Rules Ready",type=string,JSONPath=`.status.conditions[?(@.type=="ApprovalRulesReady")].status`,priority=1
 // +kubebuilder:printcolumn:name="Execution Timeout",type=string,JSONPath=`.spec.executionTimeout`,priority=1
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.providerRef.name`,priority=1
 
@@ -165,6 +169,9 @@ type Tool struct {
 	// +required
 	Spec ToolSpec `json:"spec"`
 
+	// A Tool the controller has not checked yet reads with status.observedGeneration 0, older than
+	// its generation: kstatus reports it InProgress from its creation, not Current.
+	// +kubebuilder:default={observedGeneration: 0}
 	// +optional
 	Status ToolStatus `json:"status,omitempty"`
 }

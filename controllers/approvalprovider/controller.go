@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -24,6 +24,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -31,14 +32,18 @@ import (
 // +kubebuilder:rbac:groups=toolgate.dev,resources=approvalproviders/status;clusterapprovalproviders/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler checks the ApprovalProviders (or the ClusterApprovalProviders, by kind): it
 // builds each one's client from the object and its Secret, reads the credential again (a rotated
 // Secret takes effect here, or at the provider's first 401), and probes the provider with an
 // authenticated read of a request that cannot exist, which a provider that accepts the credential
-// answers 404. The Ready condition says what it found, for the object's generation.
+// answers 404. The Ready condition says what it found, for the object's generation, and kstatus's
+// Reconciling and Stalled what that means (Readiness); a change of Ready is reported as an event.
 type Reconciler struct {
 	client.Client
+	// Recorder emits the event of a change of Ready.
+	Recorder events.EventRecorder
 	// Clock times the deletion of a provider object in use.
 	Clock clock.PassiveClock
 	// Kind is the kind this reconciler serves: tg.KindApprovalProvider or tg.KindClusterApprovalProvider.
@@ -68,8 +73,9 @@ const (
 //	                                                         Ready False when none could be had
 //	spec.provisioning: retireReplaced (provisioning.go)      replaced instances no call uses deleted
 //	otherwise: the in-use finalizer                          -
-//	check (provider_controller.go)                           Ready: the client built and the provider
-//	                                                         probed with the credential
+//	check (provider_controller.go)                           Ready (with Reconciling and Stalled): the
+//	                                                         client built and the provider probed with
+//	                                                         the credential
 //	registerDelivery (delivery.go)                           Delivery: the receiver registered with
 //	                                                         the instance (spec.delivery), or removed
 //	requeue                                                  the next probe, renewal or retirement
@@ -118,17 +124,54 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	st := obj.GetStatus()
 	setDeliveryCondition(st, delivery)
 	st.ObservedGeneration = obj.GetGeneration()
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: tg.ConditionReady, Status: status, Reason: reason, Message: message, ObservedGeneration: obj.GetGeneration(),
-	})
+	progress := progressOf(reason)
+	readiness.Set(&st.Conditions, obj.GetGeneration(), progress, reason, message)
 	if !equality.Semantic.DeepEqual(orig, st) {
 		base := obj.DeepCopyObject().(tg.GenericProvider)
 		*base.GetStatus() = *orig
 		if err := r.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("writing the status of %s: %w", k, err)
 		}
+		readiness.Report(r.Recorder, obj, orig.Conditions, st.Conditions, progress)
 	}
 	return ctrl.Result{RequeueAfter: r.requeue(obj, status, renewal, next)}, nil
+}
+
+// readinessTable is every reason of a provider object's Ready condition, with what it means: a
+// settings error (a missing or unreadable Secret or CA bundle, a credential the provider refuses) is
+// Stalled until someone fixes it, though the manager keeps probing and notices the fix; a provider
+// that cannot be read now, or an instance it could not create, is retried.
+var readinessTable = []struct {
+	reason   string
+	progress readiness.Progress
+}{
+	{tg.ReasonReachable, readiness.Usable},
+	{tg.ReasonCredentialUnavailable, readiness.Stalled},
+	{tg.ReasonCABundleInvalid, readiness.Stalled},
+	{tg.ReasonCredentialRejected, readiness.Stalled},
+	{tg.ReasonCredentialForbidden, readiness.Stalled},
+	{tg.ReasonUnreachable, readiness.Retrying},
+	{tg.ReasonProvisioningFailed, readiness.Retrying},
+}
+
+// progressOf is what a reason of Ready means; a reason not in the table is retried.
+func progressOf(reason string) readiness.Progress {
+	for _, row := range readinessTable {
+		if row.reason == reason {
+			return row.progress
+		}
+	}
+	return readiness.Retrying
+}
+
+// Readiness is every reason of the Ready condition of kind (ApprovalProvider or
+// ClusterApprovalProvider), with what it means for kstatus.
+func Readiness(kind string) []readiness.Row {
+	rows := make([]readiness.Row, len(readinessTable))
+	for i, row := range readinessTable {
+		rows[i] = readiness.Row{Kind: kind, Reason: row.reason, Progress: row.progress}
+	}
+	return rows
 }
 
 // requeue is how soon the object is looked at again: a Ready one at its next probe, one that is not

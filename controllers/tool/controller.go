@@ -1,4 +1,6 @@
-// Package tool is the Tool controller: it reports on each Tool whether its approval rules compile.
+// Package tool is the Tool controller: it reports on each Tool whether its approval rules and its
+// argumentsSchema compile, in ApprovalRulesReady and in the conditions kstatus reads (Ready,
+// Reconciling, Stalled), and emits an event when Ready changes.
 package tool
 
 import (
@@ -10,19 +12,25 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 )
 
-// Reconciler reports on each Tool whether its approval rules compile: the ApprovalRulesReady
-// condition, with the compiler's message when they do not, for the generation it describes.
+// Reconciler reports on each Tool whether its approval rules compile (the ApprovalRulesReady
+// condition, with the compiler's message when they do not) and whether calls to it can be accepted
+// (Ready, with kstatus's Reconciling and Stalled: see readiness.Set), for the generation they
+// describe.
 type Reconciler struct {
 	client.Client
+	// Recorder emits the event of a change of Ready.
+	Recorder events.EventRecorder
 
 	// Tools is the per-Tool-generation cache shared with the ToolCall controller.
 	Tools *toolcache.Cache
@@ -31,8 +39,10 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=tools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile compiles the Tool's rules (once per generation) and writes the condition if it changed.
+// Reconcile compiles the Tool's rules and argumentsSchema (once per generation), writes the
+// conditions if they changed, in one patch, and reports a change of Ready once that patch is written.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tool := &tg.Tool{}
 	if err := r.Get(ctx, req.NamespacedName, tool); err != nil {
@@ -45,14 +55,51 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Tools.Forget(old.(types.UID)) // deleted and created again under the same name
 	}
 	orig := tool.Status.DeepCopy()
-	meta.SetStatusCondition(&tool.Status.Conditions, rulesCondition(tool, r.Tools))
+	rules := rulesCondition(tool, r.Tools)
+	meta.SetStatusCondition(&tool.Status.Conditions, rules)
+	progress, reason, message := ready(tool, rules, r.Tools)
+	readiness.Set(&tool.Status.Conditions, tool.Generation, progress, reason, message)
 	tool.Status.ObservedGeneration = tool.Generation
 	if equality.Semantic.DeepEqual(*orig, tool.Status) {
 		return ctrl.Result{}, nil
 	}
 	base := tool.DeepCopy()
 	base.Status = *orig
-	return ctrl.Result{}, client.IgnoreNotFound(r.Status().Patch(ctx, tool, client.MergeFrom(base)))
+	if err := r.Status().Patch(ctx, tool, client.MergeFrom(base)); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	readiness.Report(r.Recorder, tool, orig.Conditions, tool.Status.Conditions, progress)
+	return ctrl.Result{}, nil
+}
+
+// Readiness is every reason of a Tool's Ready condition, with what it means for kstatus.
+func Readiness() []readiness.Row {
+	return []readiness.Row{
+		{Kind: "Tool", Reason: tg.ReasonSpecCompiled, Progress: readiness.Usable},
+		{Kind: "Tool", Reason: tg.ReasonInvalidApprovalRules, Progress: readiness.Stalled},
+		{Kind: "Tool", Reason: tg.ReasonInvalidArgumentsSchema, Progress: readiness.Stalled},
+	}
+}
+
+// ready is the Tool's Ready condition: its calls can be accepted when its approval rules (rules, the
+// ApprovalRulesReady condition) and its argumentsSchema compile; either one not compiling is a
+// configuration error only a change of the Tool fixes.
+func ready(tool *tg.Tool, rules metav1.Condition, c *toolcache.Cache) (readiness.Progress, string, string) {
+	schema := "No spec.argumentsSchema."
+	if s := tool.Spec.ArgumentsSchema; s != nil && len(s.Raw) > 0 {
+		schema = "spec.argumentsSchema compiled."
+		if _, err := c.Schema(tool); err != nil {
+			schema = "spec.argumentsSchema does not compile: " + err.Error() + ". Calls to this Tool end Rejected (InvalidTool) until an admin fixes it."
+			if rules.Status == metav1.ConditionTrue {
+				return readiness.Stalled, tg.ReasonInvalidArgumentsSchema, truncate(schema)
+			}
+			return readiness.Stalled, rules.Reason, truncate(rules.Message + " " + schema)
+		}
+	}
+	if rules.Status != metav1.ConditionTrue {
+		return readiness.Stalled, rules.Reason, rules.Message
+	}
+	return readiness.Usable, tg.ReasonSpecCompiled, truncate(rules.Message + " " + schema)
 }
 
 // rulesCondition is the ApprovalRulesReady condition for the Tool's current generation.
@@ -70,10 +117,16 @@ func rulesCondition(tool *tg.Tool, c *toolcache.Cache) metav1.Condition {
 		cond.Status, cond.Reason = metav1.ConditionTrue, tg.ReasonApprovalRulesCompiled
 		cond.Message = fmt.Sprintf("%d approval rules compiled; a call no rule matches is put to a human.", rs.Len())
 	}
-	if len(cond.Message) > 32768 { // metav1.Condition's limit
-		cond.Message = cond.Message[:32765] + "..."
-	}
+	cond.Message = truncate(cond.Message)
 	return cond
+}
+
+// truncate keeps a condition's message within metav1.Condition's limit.
+func truncate(message string) string {
+	if len(message) > 32768 {
+		return message[:32765] + "..."
+	}
+	return message
 }
 
 // SetupWithManager registers the Tool controller. Creation, deletion and spec changes (a new

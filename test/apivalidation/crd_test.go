@@ -180,7 +180,7 @@ func TestCRDsAreEstablished(t *testing.T) {
 		{
 			name:         "tools.toolgate.dev",
 			statusSubres: true,
-			columns:      []column{{"Tool Name", 0}, {"Rules Ready", 0}, {"Age", 0}, {"Execution Timeout", 1}, {"Provider", 1}},
+			columns:      []column{{"Tool Name", 0}, {"Ready", 0}, {"Age", 0}, {"Reason", 1}, {"Rules Ready", 1}, {"Execution Timeout", 1}, {"Provider", 1}},
 		},
 	}
 	for _, tc := range cases {

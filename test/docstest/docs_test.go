@@ -6,8 +6,10 @@
 //     tables give each reason of the controller's event table (controllers.Events) with its type.
 //   - Every metric Toolgate registers is in docs/metrics.md with its labels, and that page names no
 //     toolgate_ metric that does not exist.
-//   - The Argo CD health check in docs/gitops.md maps every phase to the right health, and its Flux
-//     section gives every phase the status kstatus computes for it, with no custom check.
+//   - docs/gitops.md points at the Argo CD health checks of config/argocd instead of copying them,
+//     its Flux section gives every phase the status kstatus computes for it, with no custom check,
+//     and its table of Tools and providers gives every reason of their Ready condition its
+//     conditions, kstatus status, Argo CD health and event, which docs/troubleshooting.md lists.
 //   - The validation messages of the CRDs are quoted in docs/troubleshooting.md.
 //   - The admission policies of config/admission are named in docs/troubleshooting.md.
 //   - The ClusterRoles the docs bind exist in config/rbac.
@@ -240,17 +242,66 @@ func metricsIn(f *ast.File) []metric {
 // ---------------------------------------------------------------------------------------------------
 // GitOps health checks
 
-// The argocd-cm snippet is a ConfigMap that sets a health check for every kind Toolgate serves.
-// What the checks decide is tested by running them with Argo CD's Lua interpreter
-// (controllers/toolcall/argocd_test.go), over every row of the outcome table.
-func TestArgoCDHealthChecksCoverEveryKind(t *testing.T) {
+// docs/gitops.md points at the Argo CD health checks of config/argocd, and at the Component that
+// installs them, rather than copying the scripts: no code block of the docs holds one. What the
+// checks decide is tested where they are run with Argo CD's Lua interpreter (test/argohealth, over
+// their test cases; controllers/toolcall, over every row of the outcome table;
+// controllers/internal/readiness, over every reason of Ready).
+func TestArgoCDHealthChecksArePointedAtNotCopied(t *testing.T) {
 	g := NewWithT(t)
-	var cm corev1.ConfigMap
-	block := codeBlockContaining(t, "docs/gitops.md", "resource.customizations.health.toolgate.dev_ToolCall")
-	g.Expect(yaml.UnmarshalStrict([]byte(block), &cm)).To(Succeed(), "the argocd-cm snippet in docs/gitops.md is not a valid ConfigMap")
-	g.Expect(cm.Name).To(Equal("argocd-cm"))
-	for _, kind := range []string{"ToolCall", "Tool", "ApprovalProvider", "ClusterApprovalProvider"} {
-		g.Expect(cm.Data).To(HaveKeyWithValue("resource.customizations.health.toolgate.dev_"+kind, ContainSubstring("return hs")), kind)
+	doc := readFile(t, "docs/gitops.md")
+	g.Expect(doc).To(ContainSubstring("](../config/argocd/resource_customizations/toolgate.dev)"))
+	g.Expect(doc).To(ContainSubstring("](../config/argocd)"))
+	var ks struct {
+		Components []string `json:"components"`
+	}
+	g.Expect(yaml.Unmarshal([]byte(codeBlockContaining(t, "docs/gitops.md", "components:")), &ks)).To(Succeed())
+	g.Expect(ks.Components).To(ConsistOf(HaveSuffix("/config/argocd")))
+	for _, rel := range markdownFiles(t) {
+		for _, b := range codeBlocks(readFile(t, rel)) {
+			g.Expect(b).NotTo(ContainSubstring("local hs ="), "%s copies a health check: point at config/argocd instead", rel)
+		}
+	}
+}
+
+// The Tools and providers table of docs/gitops.md gives every reason of their Ready condition
+// (controllers.Readiness) the conditions, kstatus status, Argo CD health and event type the manager
+// gives it, and the event table of docs/troubleshooting.md lists each reason with its type.
+func TestGitOpsTableGivesEveryReadyReason(t *testing.T) {
+	g := NewWithT(t)
+	rows := controllers.Readiness()
+	g.Expect(rows).To(ContainElement(HaveField("Reason", tg.ReasonCredentialRejected)))
+	var table [][]string
+	for _, row := range tableRows(readFile(t, "docs/gitops.md")) {
+		if len(row) == 6 && isCode(row[1]) {
+			table = append(table, row)
+		}
+	}
+	conditionTrue := map[string]string{"Current": "Ready=True", "InProgress": "Reconciling=True", "Failed": "Stalled=True"}
+	events := map[string][]string{}
+	for _, row := range tableRows(readFile(t, "docs/troubleshooting.md")) {
+		if len(row) >= 3 && isCode(row[0]) && (row[1] == corev1.EventTypeNormal || row[1] == corev1.EventTypeWarning) {
+			events[strings.Trim(row[0], "`")] = append(events[strings.Trim(row[0], "`")], row[1])
+		}
+	}
+	for _, r := range rows {
+		var found []string
+		for _, cells := range table {
+			if cells[1] == "`"+r.Reason+"`" && strings.Contains(cells[0], "`"+r.Kind+"`") {
+				found = cells
+			}
+		}
+		g.Expect(found).NotTo(BeNil(), "docs/gitops.md: no row for %s's Ready reason %s", r.Kind, r.Reason)
+		if found == nil {
+			continue
+		}
+		g.Expect(found[2]).To(ContainSubstring("`"+conditionTrue[r.Progress.Kstatus()]+"`"), "%s %s", r.Kind, r.Reason)
+		g.Expect(strings.Count(found[2], "=True")).To(Equal(1), "%s %s: one of Ready, Reconciling and Stalled is True", r.Kind, r.Reason)
+		g.Expect(found[3]).To(Equal("`"+r.Progress.Kstatus()+"`"), "%s %s", r.Kind, r.Reason)
+		g.Expect(found[4]).To(Equal("`"+r.Progress.ArgoCD()+"`"), "%s %s", r.Kind, r.Reason)
+		g.Expect(found[5]).To(Equal(r.Progress.EventType()), "%s %s", r.Kind, r.Reason)
+		g.Expect(events).To(HaveKeyWithValue(r.Reason, []string{r.Progress.EventType()}),
+			"docs/troubleshooting.md lists the event of Ready changing to %s in an event table, once, as | `%s` | %s |", r.Reason, r.Reason, r.Progress.EventType())
 	}
 }
 
@@ -266,7 +317,7 @@ func TestFluxSectionSaysWhatKstatusReports(t *testing.T) {
 			HealthCheckExprs []any `json:"healthCheckExprs"`
 		} `json:"spec"`
 	}
-	g.Expect(yaml.Unmarshal([]byte(codeBlockContaining(t, "docs/gitops.md", "kind: Kustomization")), &ks)).To(Succeed())
+	g.Expect(yaml.Unmarshal([]byte(codeBlockContaining(t, "docs/gitops.md", "apiVersion: kustomize.toolkit.fluxcd.io/")), &ks)).To(Succeed())
 	g.Expect(ks.Kind).To(Equal("Kustomization"))
 	g.Expect(ks.Spec.Wait).To(BeTrue())
 	g.Expect(ks.Spec.HealthCheckExprs).To(BeEmpty(), "kstatus follows a ToolCall with no custom check")

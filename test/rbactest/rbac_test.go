@@ -106,7 +106,7 @@ var allowedPermissions = map[string]map[string]string{
 		"get secrets":                 "reads the credential a provider object names",
 		"create secrets":              "keeps the credential of an instance it provisioned, in a Secret the provider object owns; it never updates or deletes one",
 		"get configmaps":              "reads the CA bundle a provider object names",
-		"create events.events.k8s.io": "records ToolCall transitions as Events",
+		"create events.events.k8s.io": "records ToolCall transitions, and changes of Ready of Tools and provider objects, as Events",
 		"patch events.events.k8s.io":  "records repeated Events",
 	},
 	"provider-admin": {
