@@ -52,7 +52,7 @@ func TestPrinterColumns(t *testing.T) {
 		columns []column
 	}{
 		{"/apis/toolgate.dev/v1alpha1/namespaces/" + ns + "/tools", []column{
-			{"Name", 0}, {"Tool Name", 0}, {"Rules Ready", 0}, {"Age", 0}, {"Execution Timeout", 1}, {"Provider", 1},
+			{"Name", 0}, {"Tool Name", 0}, {"Ready", 0}, {"Age", 0}, {"Reason", 1}, {"Rules Ready", 1}, {"Execution Timeout", 1}, {"Provider", 1},
 		}},
 		{"/apis/toolgate.dev/v1alpha1/namespaces/" + ns + "/toolcalls", []column{
 			{"Name", 0}, {"Tool", 0}, {"Phase", 0}, {"Ready", 0}, {"Decision", 0}, {"Job", 0}, {"Age", 0},

@@ -49,28 +49,31 @@ func (e *Env) AddAgent(dir string) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "toolcall_agent_role.yaml"))
-	if err != nil {
-		return nil, err
-	}
+	// The agent role as config/rbac ships it, and the sample grant of the sample tool.
 	var role string
 	var callRoles []string
-	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
-		r := &rbacv1.ClusterRole{}
-		if err := yaml.UnmarshalStrict([]byte(doc), r); err != nil {
-			return nil, fmt.Errorf("config/rbac/toolcall_agent_role.yaml: %w", err)
-		}
-		if err := e.Client.Create(context.Background(), r); err != nil {
+	for _, file := range []string{"config/rbac/toolcall_agent_role.yaml", "config/samples/call_issue_refund_role.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
 			return nil, err
 		}
-		if r.Name == "toolcall-agent" {
-			role = r.Name
-		} else {
-			callRoles = append(callRoles, r.Name)
+		for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
+			r := &rbacv1.ClusterRole{}
+			if err := yaml.UnmarshalStrict([]byte(doc), r); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			if err := e.Client.Create(context.Background(), r); err != nil {
+				return nil, err
+			}
+			if r.Name == "toolcall-agent" {
+				role = r.Name
+			} else {
+				callRoles = append(callRoles, r.Name)
+			}
 		}
 	}
 	if role == "" || len(callRoles) == 0 {
-		return nil, fmt.Errorf("config/rbac/toolcall_agent_role.yaml no longer holds the toolcall-agent role and a grant to call a tool: update AddAgent")
+		return nil, fmt.Errorf("config/rbac/toolcall_agent_role.yaml and config/samples/call_issue_refund_role.yaml no longer hold the toolcall-agent role and a grant to call a tool: update AddAgent")
 	}
 	user, err := e.AddUser(envtest.User{Name: agentUser})
 	if err != nil {
