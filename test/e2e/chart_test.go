@@ -146,6 +146,9 @@ func newHelm(t *testing.T, g Gomega) *helmRelease {
 	g.Expect(err).NotTo(HaveOccurred())
 	base := map[string]any{}
 	g.Expect(yaml.Unmarshal(data, &base)).To(Succeed())
+	// The release's fields are applied server-side under the name the helm command line uses, which
+	// installed it.
+	kube.ManagedFieldsManager = "helm"
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
 	g.Expect(cfg.Init(restGetter{config: restConfig, namespace: systemNamespace}, systemNamespace, "secret")).To(Succeed())
 	return &helmRelease{cfg: cfg, dir: filepath.Join(root, "dist", "chart"), base: base}
@@ -168,6 +171,7 @@ func (h *helmRelease) upgrade(g Gomega, overlay map[string]any) {
 	up.Namespace = systemNamespace
 	up.WaitStrategy = kube.StatusWatcherStrategy
 	up.Timeout = 5 * time.Minute
+	up.ForceConflicts = true // as --force-conflicts: other tests scale the manager with a client of their own
 	_, err = up.RunWithContext(context.Background(), "toolgate", ch, h.values(overlay))
 	g.Expect(err).NotTo(HaveOccurred(), "helm upgrade")
 }
