@@ -33,6 +33,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("PUT /admin/v1/faults", s.adminAPI(s.withFaults(s.handleFaultsSet)))
 	mux.Handle("DELETE /admin/v1/faults", s.adminAPI(s.withFaults(s.handleFaultsClear)))
 	mux.Handle("GET /admin/v1/stats", s.adminAPI(s.handleStats))
+	mux.Handle("GET /admin/v1/keys", s.adminAPI(s.handleKeys))
 	s.grantRoutes(mux)
 }
 
@@ -165,6 +166,20 @@ func (s *Server) faultsChanged(err error) reply {
 
 func (s *Server) handleStats(*http.Request) reply {
 	return success(http.StatusOK, s.Stats())
+}
+
+// handleKeys answers the audit of idempotency: each Idempotency-Key an instance (?instance=, default
+// the static credential's) used, with the id of the one request it created.
+func (s *Server) handleKeys(r *http.Request) reply {
+	instance := r.URL.Query().Get("instance")
+	if instance == "" {
+		instance = s.defaultInstance.ID
+	}
+	keys, err := s.KeysOf(instance)
+	if err != nil {
+		return s.failure(err, "")
+	}
+	return success(http.StatusOK, keys)
 }
 
 // decodeJSON reads a JSON body into into, refusing unknown fields.

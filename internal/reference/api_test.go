@@ -439,6 +439,17 @@ func TestKeysMapEachKeyToItsRequest(t *testing.T) {
 	keys, err := e.srv.Keys()
 	e.g.Expect(err).NotTo(HaveOccurred())
 	e.g.Expect(keys).To(Equal(map[string]string{"toolcall-uid-a": a.ID, "toolcall-uid-b": b.ID}))
+
+	// The same audit over the admin API, for the admin only.
+	resp := e.do(e.adminRequest(http.MethodGet, "/admin/v1/keys?instance="+e.srv.DefaultInstance().ID, nil))
+	e.g.Expect(resp.status).To(Equal(http.StatusOK))
+	served := map[string]string{}
+	e.g.Expect(json.Unmarshal(resp.body, &served)).To(Succeed())
+	e.g.Expect(served).To(Equal(keys))
+	other := e.do(e.adminRequest(http.MethodGet, "/admin/v1/keys?instance="+uuid.NewString(), nil))
+	e.g.Expect(other.status).To(Equal(http.StatusOK))
+	e.g.Expect(string(other.body)).To(MatchJSON(`{}`))
+	e.g.Expect(e.do(e.request(http.MethodGet, "/admin/v1/keys", nil)).status).To(Equal(http.StatusUnauthorized), "the instance credential is not the admin's")
 }
 
 // Stats count accepted connections, so a client's connection reuse can be measured.

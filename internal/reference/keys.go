@@ -1,7 +1,8 @@
 package reference
 
 // Keys returns every Idempotency-Key the default instance (the static credential's) has used, with the
-// id of the request it created. Audits use it to check that each caller key created exactly one request.
+// id of the request it created: the audit that each caller key created exactly one request, also
+// served to the admin as GET /admin/v1/keys.
 func (s *Server) Keys() (map[string]string, error) {
 	return s.KeysOf(s.defaultInstance.ID)
 }
