@@ -1,10 +1,8 @@
 package installer
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -31,15 +29,7 @@ func TestArgoCDComponentAddsTheHealthChecksToArgocdCM(t *testing.T) {
 		"resources:\n- argocd-cm.yaml\ncomponents:\n- %s\n", rel)
 	g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600)).To(gomega.Succeed())
 
-	kubectl := os.Getenv("KUBECTL")
-	if kubectl == "" {
-		kubectl = "kubectl"
-	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", overlay)
-	cmd.Stderr = &stderr
-	built, err := cmd.Output()
-	g.Expect(err).NotTo(gomega.HaveOccurred(), "kubectl kustomize (set KUBECTL to the kubectl to use): %s", stderr.String())
+	built := kustomize(t, overlay)
 
 	var cm corev1.ConfigMap
 	g.Expect(yaml.UnmarshalStrict(built, &cm)).To(gomega.Succeed(), "one ConfigMap: %s", built)

@@ -47,20 +47,27 @@ func TestInstallYAMLIsUpToDate(t *testing.T) {
 		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: latest\n", rel)
 	g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600)).To(gomega.Succeed())
 
-	kubectl := os.Getenv("KUBECTL")
-	if kubectl == "" {
-		kubectl = "kubectl"
-	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", overlay)
-	cmd.Stderr = &stderr
-	built, err := cmd.Output()
-	g.Expect(err).NotTo(gomega.HaveOccurred(), "kubectl kustomize config/default (set KUBECTL to the kubectl to use): %s", stderr.String())
+	built := kustomize(t, overlay)
 
 	committed, err := os.ReadFile(filepath.Join(root, "dist", "install.yaml"))
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(objectsByKey(t, committed)).To(gomega.Equal(objectsByKey(t, built)),
 		"dist/install.yaml differs from config/default: run `make build-installer`")
+}
+
+// kustomize builds the kustomization in dir with kubectl's kustomize ($KUBECTL, default kubectl).
+func kustomize(t *testing.T, dir string) []byte {
+	t.Helper()
+	kubectl := os.Getenv("KUBECTL")
+	if kubectl == "" {
+		kubectl = "kubectl"
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), kubectl, "kustomize", dir)
+	cmd.Stderr = &stderr
+	built, err := cmd.Output()
+	gomega.NewWithT(t).Expect(err).NotTo(gomega.HaveOccurred(), "kubectl kustomize (set KUBECTL to the kubectl to use): %s", stderr.String())
+	return built
 }
 
 // renderChart loads dist/chart and renders it as `helm template` would for an install into
