@@ -62,3 +62,42 @@ func flagsDocumented(doc string) []string {
 	}
 	return out
 }
+
+// Every command block that binds the agent role also grants a tool to call: the agent role alone
+// lets an agent create no ToolCall at all (the admission policy toolgate-toolcall-authorization
+// refuses a call of a tool it was not granted), so a page that shows only the first binding leaves its
+// reader with an agent that cannot work.
+func TestAgentBindingsComeWithACallGrant(t *testing.T) {
+	g := NewWithT(t)
+	checked := 0
+	for _, file := range markdownFiles(t) {
+		for _, block := range fencedBlocks(readFile(t, file), "sh") {
+			if !strings.Contains(block, "--clusterrole=toolgate-toolcall-agent") {
+				continue
+			}
+			checked++
+			g.Expect(block).To(MatchRegexp(`--clusterrole=toolgate-call-[a-z0-9-]+`),
+				"%s binds toolgate-toolcall-agent without a call grant in the same commands:\n%s", file, block)
+		}
+	}
+	g.Expect(checked).To(BeNumerically(">=", 3))
+}
+
+// fencedBlocks returns the contents of the doc's fenced code blocks of language lang.
+func fencedBlocks(doc, lang string) []string {
+	var out []string
+	var cur *strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case cur == nil && trimmed == "```"+lang:
+			cur = &strings.Builder{}
+		case cur != nil && trimmed == "```":
+			out = append(out, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line + "\n")
+		}
+	}
+	return out
+}
