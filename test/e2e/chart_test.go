@@ -154,14 +154,25 @@ func newHelm(t *testing.T, g Gomega) *helmRelease {
 	return &helmRelease{cfg: cfg, dir: filepath.Join(root, "dist", "chart"), base: base}
 }
 
+// values is config/dev's values with overlay merged in, key by key at every level, as Helm merges
+// a second values file.
 func (h *helmRelease) values(overlay map[string]any) map[string]any {
 	b, _ := json.Marshal(h.base)
 	out := map[string]any{}
 	_ = json.Unmarshal(b, &out)
-	for k, v := range overlay {
-		out[k] = v
-	}
+	merge(out, overlay)
 	return out
+}
+
+func merge(into, from map[string]any) {
+	for k, v := range from {
+		sub, ok := v.(map[string]any)
+		if cur, isMap := into[k].(map[string]any); ok && isMap {
+			merge(cur, sub)
+			continue
+		}
+		into[k] = v
+	}
 }
 
 func (h *helmRelease) upgrade(g Gomega, overlay map[string]any) {
