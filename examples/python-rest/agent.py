@@ -213,9 +213,10 @@ def deadline_of(tc):
 
 
 def wait(cluster, tc, deadline):
-    """Follows the ToolCall until a terminal phase (or deadline, a time.time()) and returns it. Reopens the watch from the last
-    resourceVersion seen when it ends or breaks; reads the object afresh when the API server no
-    longer has that version (410 Gone). Raises Gone if the ToolCall is deleted meanwhile."""
+    """Follows the ToolCall until a terminal phase and returns it; gives up at deadline (a time.time()).
+    Reopens the watch from the last resourceVersion seen when it ends or breaks; reads the object
+    afresh when the API server no longer has that version (410 Gone). Raises Gone if the ToolCall is
+    deleted meanwhile."""
     last, rv, backoff = tc, tc["metadata"]["resourceVersion"], 1
     while not terminal(last):
         left = deadline - time.time()
@@ -229,6 +230,8 @@ def wait(cluster, tc, deadline):
             with cluster.open("GET", url, timeout=READ_TIMEOUT) as stream:
                 backoff = 1
                 for line in stream:  # one JSON event a line
+                    if not line.strip():
+                        continue
                     event = json.loads(line)
                     kind, obj = event["type"], event["object"]
                     if kind == "ERROR":

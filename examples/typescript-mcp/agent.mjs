@@ -1,6 +1,7 @@
+// @ts-check
 // An agent that calls Toolgate's tools through its MCP gateway (toolgate-mcp), with the official
 // TypeScript MCP SDK client. Modern JavaScript with JSDoc types: plain `node` runs it (Node 20 or
-// later), and a TypeScript editor checks it as it is.
+// later), and a TypeScript editor checks it as it is (@ts-check).
 //
 //   npm ci
 //   export TOOLGATE_MCP_URL=https://toolgate-mcp.payments.svc:8090/mcp
@@ -66,11 +67,13 @@ function tokenSource() {
 }
 
 /**
- * The text of a tools/call result.
- * @param {{content?: Array<{type: string, text?: string}>}} result
+ * The text of a tools/call result: its text content blocks.
+ * @param {Record<string, unknown>} result
+ * @returns {string}
  */
 function textOf(result) {
-  return (result.content ?? [])
+  const content = Array.isArray(result.content) ? result.content : [];
+  return content
     .filter((c) => c.type === 'text')
     .map((c) => c.text)
     .join('\n');
