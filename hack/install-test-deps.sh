@@ -4,7 +4,8 @@
 #    (internal/reference/ui_test.go) drive headless. Needs root (apt-get) the first time.
 #  - the official TypeScript MCP SDK client, at the version pinned by test/mcpagent/ts/package-lock.json,
 #    into ${TOOLGATE_NPM_DIR:-~/.cache/toolgate/npm}/mcpagent (outside the checkout), which the MCP
-#    gateway's tests (internal/mcpgateway) run as an agent. Needs Node 20 or later and npm.
+#    gateway's tests (internal/mcpgateway) run as an agent, and test/examples runs
+#    examples/typescript-mcp with (its lock file holds the same packages). Needs Node 20 or later and npm.
 # It does nothing for what is already installed, so it is safe to run before every test run.
 set -euo pipefail
 

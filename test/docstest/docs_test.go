@@ -12,8 +12,8 @@
 //     conditions, kstatus status, Argo CD health and event, which docs/troubleshooting.md lists.
 //   - The validation messages of the CRDs are quoted in docs/troubleshooting.md.
 //   - The admission policies of config/admission are named in docs/troubleshooting.md.
-//   - The ClusterRoles the docs bind exist in config/rbac.
-//   - Relative links (and their #anchors) in docs/*.md and README.md resolve.
+//   - The ClusterRoles the docs bind exist in config/rbac (or config/samples).
+//   - Relative links (and their #anchors) in docs/*.md, README.md and examples/*/README.md resolve.
 //   - Every row of the compatibility table in docs/providers.md names a test, and every test that
 //     page names exists.
 package docs_test
@@ -550,7 +550,8 @@ func readFile(t *testing.T, rel string) string {
 	return string(data)
 }
 
-// markdownFiles returns README.md and docs/*.md, relative to the repository root.
+// markdownFiles returns README.md, docs/*.md and the examples' READMEs, relative to the repository
+// root.
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	root := repoRoot(t)
@@ -558,6 +559,11 @@ func markdownFiles(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	examples, err := filepath.Glob(filepath.Join(root, "examples", "*", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	matches = append(matches, examples...)
 	files := []string{"README.md"}
 	for _, m := range matches {
 		rel, err := filepath.Rel(root, m)
@@ -566,7 +572,7 @@ func markdownFiles(t *testing.T) []string {
 		}
 		files = append(files, rel)
 	}
-	for _, want := range []string{"docs/quick-start.md", "docs/gitops.md", "docs/metrics.md", "docs/troubleshooting.md"} {
+	for _, want := range []string{"docs/quick-start.md", "docs/gitops.md", "docs/metrics.md", "docs/troubleshooting.md", "examples/python-rest/README.md", "examples/typescript-mcp/README.md"} {
 		if !slices.Contains(files, want) {
 			t.Fatalf("%s is missing", want)
 		}
