@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# `make test-e2e`: starts the local cluster (hack/cluster.sh up), installs Toolgate (config/dev: dist/install.yaml + the reference provider), runs
-# the e2e suite in test/e2e against it, and stops the cluster again, also when the suite fails.
+# `make test-e2e`: starts the local cluster (hack/cluster.sh up), runs the quick start's commands as
+# written on it (test/e2e TestQuickStart: install with the chart, a call to Succeeded, uninstall),
+# installs Toolgate (hack/cluster.sh install: the chart with config/dev/values.yaml, and the reference
+# provider), runs the rest of the e2e suite in test/e2e against it, and stops the cluster again, also
+# when the suite fails.
 # Arguments are passed to `go test`. E2E_KEEP_CLUSTER=1 leaves the cluster running afterwards.
 set -euo pipefail
 
@@ -21,9 +24,11 @@ trap finish EXIT
 
 kubeconfig="$(hack/cluster.sh up | tail -n 1)"
 echo "test-e2e: cluster and images ready after $((SECONDS - start))s" >&2
+export KUBECONFIG="${kubeconfig}" TOOLGATE_E2E_CLUSTER_DIR="$(dirname "${kubeconfig}")"
+TOOLGATE_E2E_QUICKSTART=1 go test -tags e2e ./test/e2e/ -run '^TestQuickStart$' -count=1 -v -timeout 20m
+echo "test-e2e: the quick start ran after $((SECONDS - start))s" >&2
 hack/cluster.sh install
 echo "test-e2e: Toolgate installed after $((SECONDS - start))s" >&2
 
 set -x
-KUBECONFIG="${kubeconfig}" TOOLGATE_E2E_CLUSTER_DIR="$(dirname "${kubeconfig}")" \
-  go test -tags e2e ./test/e2e/ -count=1 -v -timeout 30m "$@"
+go test -tags e2e ./test/e2e/ -skip '^TestQuickStart$' -count=1 -v -timeout 30m "$@"

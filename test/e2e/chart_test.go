@@ -119,7 +119,8 @@ func TestChartUpgradeCallThroughTheGatewayAndUninstall(t *testing.T) {
 	expectReceipt(g, tc)
 
 	helm.uninstall(g)
-	crd := &apiextensionsv1.CustomResourceDefinition{}
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "toolcalls.toolgate.dev"}, crd)).To(Succeed(), "the CRDs stay")
 	g.Expect(crd.DeletionTimestamp).To(BeNil())
 	kept := get(g, tc)
