@@ -190,10 +190,12 @@ deploy-overlay: | $(LOCALBIN)
 	  "  newTag: $${tag}" > "$(DEPLOY_OVERLAY)/kustomization.yaml"
 
 .PHONY: build-installer
-build-installer: manifests deploy-overlay ## Write dist/install.yaml (config/default with the image IMG, one file to kubectl apply) and the Helm chart's generated templates (CRDs, RBAC, admission policies; hack/chart) from it.
+build-installer: manifests deploy-overlay ## Write dist/install.yaml (config/default with the image IMG, one file to kubectl apply) and the Helm chart's generated templates (CRDs, RBAC, admission policies; hack/chart) from it, with the alerting rules and the dashboard it ships.
 	@mkdir -p dist dist/chart/templates
 	$(KUBECTL) kustomize "$(DEPLOY_OVERLAY)" > dist/install.yaml
-	go run ./hack/chart --manifest dist/install.yaml --out dist/chart/templates
+	go run ./hack/chart --manifest dist/install.yaml --out dist/chart/templates \
+	  --file config/prometheus/rules.yaml=dist/chart/files/prometheus-rules.yaml \
+	  --file config/grafana/toolgate-dashboard.json=dist/chart/files/grafana-dashboard.json
 
 ##@ Dependencies
 

@@ -3,9 +3,11 @@
 // RBAC and the admission policies, as controller-gen and config/ define them. The chart writes the
 // rest itself (the manager's Deployment and Services, the receiver, the MCP gateway, monitoring),
 // because those are what its values configure. Every object of the manifest is either written here
-// or named in handWritten, so nothing config/ adds is left out unnoticed.
+// or named in handWritten, so nothing config/ adds is left out unnoticed. With --file it also copies
+// files the chart ships as they are (the alerting rules, the dashboard) into the chart.
 //
-//	go run ./hack/chart --manifest dist/install.yaml --out dist/chart/templates
+//	go run ./hack/chart --manifest dist/install.yaml --out dist/chart/templates \
+//	  --file config/prometheus/rules.yaml=dist/chart/files/prometheus-rules.yaml
 package main
 
 import (
@@ -65,6 +67,8 @@ const labelsMarker = "TOOLGATE_LABELS"
 func main() {
 	manifest := flag.String("manifest", "dist/install.yaml", "the release manifest")
 	out := flag.String("out", "dist/chart/templates", "the chart's templates directory")
+	var copies fileFlags
+	flag.Var(&copies, "file", "SOURCE=CHART_PATH: a file the chart ships as it is, e.g. config/prometheus/rules.yaml=dist/chart/files/prometheus-rules.yaml (repeatable)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("chart: ")
@@ -81,7 +85,28 @@ func main() {
 			log.Fatal(err)
 		}
 	}
+	for _, c := range copies {
+		src, dst, ok := strings.Cut(c, "=")
+		if !ok {
+			log.Fatalf("--file %q: give SOURCE=CHART_PATH", c)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			log.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
 }
+
+type fileFlags []string
+
+func (f *fileFlags) String() string     { return strings.Join(*f, ",") }
+func (f *fileFlags) Set(v string) error { *f = append(*f, v); return nil }
 
 var separator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 

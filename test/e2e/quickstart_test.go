@@ -54,7 +54,7 @@ func TestQuickStart(t *testing.T) {
 			t.Logf("block %d skipped: %s", i+1, b.skip)
 			continue
 		}
-		script := b.text
+		script := checkedAnswers(b.text)
 		if strings.Contains(script, providerHost) {
 			svc := &corev1.Service{}
 			g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: systemNamespace, Name: "toolgate-reference-provider"}, svc)).To(Succeed(),
@@ -74,6 +74,14 @@ func TestQuickStart(t *testing.T) {
 		}
 	}
 	g.Expect(ran).To(BeNumerically(">", 8))
+}
+
+var canI = regexp.MustCompile(`(?m)^(kubectl auth can-i .+?)\s+# (yes|no)$`)
+
+// checkedAnswers turns each `kubectl auth can-i ...  # yes` (or `# no`) line into a check that the
+// answer is the one the page claims: can-i exits 1 for no, and the page says which to expect.
+func checkedAnswers(script string) string {
+	return canI.ReplaceAllString(script, `answer="$$($1 2>/dev/null || true)"; [ "$${answer}" = $2 ] || { echo "$1: $${answer}, the page says $2"; exit 1; }`)
 }
 
 type quickStartBlock struct {

@@ -161,6 +161,23 @@ func normalized(obj map[string]any) map[string]any {
 	return out
 }
 
+// The files the chart ships as they are (files/) are the ones in config/: make build-installer copies
+// them.
+func TestChartFilesAreUpToDate(t *testing.T) {
+	g := NewWithT(t)
+	root := repoRoot(t)
+	for chart, source := range map[string]string{
+		"prometheus-rules.yaml":  "config/prometheus/rules.yaml",
+		"grafana-dashboard.json": "config/grafana/toolgate-dashboard.json",
+	} {
+		want, err := os.ReadFile(filepath.Join(root, source))
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := os.ReadFile(filepath.Join(root, "dist", "chart", "files", chart))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(got)).To(Equal(string(want)), "dist/chart/files/%s differs from %s: run make build-installer", chart, source)
+	}
+}
+
 // The chart's version and appVersion are semantic versions, the image tag defaults to appVersion.
 func TestChartVersions(t *testing.T) {
 	g := NewWithT(t)
@@ -304,6 +321,29 @@ finishedToolCallTTL: 720h`)
 		b, _ := json.Marshal(sm["spec"].(map[string]any)["selector"])
 		g.Expect(json.Unmarshal(b, &smSelector)).To(Succeed())
 		g.Expect(selects(g, &smSelector, svc.Labels)).To(BeTrue(), "the ServiceMonitor selects the metrics Service")
+	})
+
+	t.Run("alerts and dashboard", func(t *testing.T) {
+		g := NewWithT(t)
+		root := repoRoot(t)
+		r := render(t, `metrics: {prometheusRule: {enabled: true, labels: {release: prom}}, dashboard: {enabled: true}}`)
+		rule := r["PrometheusRule "+release+"/toolgate"]
+		g.Expect(rule).NotTo(BeNil())
+		g.Expect(rule["metadata"].(map[string]any)["labels"]).To(HaveKeyWithValue("release", "prom"))
+		source, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "rules.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		want := map[string]any{}
+		g.Expect(yaml.Unmarshal(source, &want)).To(Succeed())
+		g.Expect(rule["spec"]).To(Equal(want), "the PrometheusRule holds config/prometheus/rules.yaml")
+		cm := as[corev1.ConfigMap](g, r, "ConfigMap "+release+"/toolgate-dashboard")
+		g.Expect(cm.Labels).To(HaveKeyWithValue("grafana_dashboard", "1"))
+		dashboard, err := os.ReadFile(filepath.Join(root, "config", "grafana", "toolgate-dashboard.json"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cm.Data["toolgate.json"]).To(MatchJSON(dashboard))
+
+		sm := render(t, `metrics: {serviceMonitor: {enabled: true}}`)["ServiceMonitor "+release+"/toolgate-controller-manager"]
+		endpoints := sm["spec"].(map[string]any)["endpoints"].([]any)
+		g.Expect(endpoints[0]).To(HaveKeyWithValue("honorLabels", true), "the series' namespace label is the ToolCall's")
 	})
 
 	t.Run("receiver", func(t *testing.T) {
