@@ -117,7 +117,7 @@ func TestToolCallGaugesFollowTheCallsOfANamespace(t *testing.T) {
 }
 
 // A call whose provider delivers notifications waits in mode async.
-func TestOldestWaitTellsAsynchronousCallsApart(t *testing.T) {
+func TestAsynchronousCallsWaitInModeAsync(t *testing.T) {
 	e := startAsync(t)
 	h := e.h
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
