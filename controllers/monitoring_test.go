@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -163,4 +164,25 @@ func TestProviderReadyFollowsTheReadyCondition(t *testing.T) {
 
 	g.Expect(h.K8s.Delete(context.Background(), ap)).To(Succeed())
 	expectNoSeries(h, "toolgate_provider_ready", team)
+}
+
+// A replica that does not lead exports the gauges all the same, from its own cache: here the Lease is
+// held by another replica, so this manager reconciles nothing (the call keeps no phase), yet it
+// counts the call.
+func TestStandbyExportsTheGauges(t *testing.T) {
+	h := th.New(t, env, th.WithoutManager())
+	g := h.G
+	now := metav1.NewMicroTime(time.Now())
+	g.Expect(h.K8s.Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "toolgate.dev", Namespace: h.NS},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("another-replica"), LeaseDurationSeconds: ptr.To(int32(3600)),
+			AcquireTime: &now, RenewTime: &now},
+	})).To(Succeed())
+	h.Opts.LeaderElection, h.Opts.LeaderElectionNamespace = true, h.NS
+	h.Start()
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
+
+	expectSeries(h, "toolgate_toolcalls", map[string]string{"namespace": h.NS, "phase": string(tg.PhasePending)}, 1)
+	g.Expect(h.Get("refund").Status.Phase).To(BeEmpty(), "the standby reconciled nothing")
 }
