@@ -68,11 +68,11 @@ func TestProviderMetricsNameTheProviderObject(t *testing.T) {
 
 	g.Expect(providerErrors(teamLabel, "submit", provider.CodeUnavailable)).To(Equal(1.0), "the team provider's 503, under its own label")
 	g.Expect(providerRequests(teamLabel, "submit")).To(BeNumerically(">=", 2), "the failed attempt and the one that succeeded")
-	g.Expect(providerErrors("default", "submit", provider.CodeUnavailable) - ownErrors).To(Equal(1.0), "the manager's provider's 503, as default")
+	g.Expect(providerErrors("default", "submit", provider.CodeUnavailable)-ownErrors).To(Equal(1.0), "the manager's provider's 503, as default")
 	g.Expect(providerRequests("default", "submit") - ownRequests).To(BeNumerically(">=", 2))
 	g.Eventually(func() float64 { return providerRequests(teamLabel, "wait") }).Should(BeNumerically(">=", 1),
 		"the team call's long poll is the team provider's")
-	g.Expect(providerErrors(teamLabel, "submit", provider.CodeUnavailable) + providerErrors("default", "submit", provider.CodeUnavailable) - ownErrors).
+	g.Expect(providerErrors(teamLabel, "submit", provider.CodeUnavailable)+providerErrors("default", "submit", provider.CodeUnavailable)-ownErrors).
 		To(Equal(2.0), "each error counted once, under one provider")
 }
 
@@ -103,7 +103,7 @@ func TestToolCallGaugesFollowTheCallsOfANamespace(t *testing.T) {
 
 	clk.SetTime(clk.Now().Add(45 * time.Minute))
 	age, _ = th.MetricSeries("toolgate_oldest_waiting_toolcall_seconds", sync)
-	g.Expect(age).To(BeNumerically("~", (45 * time.Minute).Seconds(), 60), "the age moves with the manager's clock")
+	g.Expect(age).To(BeNumerically("~", (45*time.Minute).Seconds(), 60), "the age moves with the manager's clock")
 
 	_, err := h.Provider.Decide(h.PendingRequest("first").ID, provider.StatusDenied, "no", nil)
 	g.Expect(err).NotTo(HaveOccurred())
