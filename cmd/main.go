@@ -78,7 +78,7 @@ func main() {
 	if providerURL != "" {
 		client, err := provider.NewHTTPClient(provider.Options{
 			BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,
-			OnError: controllers.CountProviderError,
+			OnAttempt: controllers.CountProviderRequest, OnError: controllers.CountProviderError,
 		})
 		if err != nil {
 			log.Error(err, "invalid provider configuration")

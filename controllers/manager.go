@@ -198,7 +198,8 @@ var toolCallUIDExists = func() labels.Requirement {
 const ReceiverPath = receiver.Path
 
 // Setup adds Toolgate's controllers to mgr (built with ManagerOptions): the ToolCall controller with
-// its long-poll Waiter, the Tool controller, and the health probes.
+// its long-poll Waiter, the Tool controller, the provider controllers, the webhook receiver when it
+// is on, the gauges computed from its cache at each scrape (statemetrics.go), and the health probes.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
 	tools, err := toolcache.New(policy.DefaultLimits())
@@ -209,8 +210,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := registerIndexes(mgr, receiverOn); err != nil {
 		return err
 	}
-	provs := providers.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace,
-		provider.Options{OnError: CountProviderError})
+	provs := providers.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace, providerOptions)
 	r := &toolcall.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
@@ -248,6 +248,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		if err := mgr.Add(receiver.NewServer(o.ReceiverBindAddress, o.ReceiverCertDir, rc, rc.Log, mgr.GetCache().WaitForCacheSync)); err != nil {
 			return err
 		}
+	}
+	gauges := &stateMetrics{src: &stateSource{cache: mgr.GetCache(), clock: o.Clock, log: mgr.GetLogger().WithName("metrics")},
+		sync: mgr.GetCache().WaitForCacheSync}
+	if err := mgr.Add(gauges); err != nil {
+		return err
 	}
 	if o.HealthProbeBindAddress != "" && o.HealthProbeBindAddress != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -7,21 +7,46 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/internal/provider"
 )
 
 var (
+	providerRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolgate_provider_requests_total",
+		Help: "Provider HTTP attempts, retries included, by provider object (its kind, namespace and name, or default for --provider-url) and operation.",
+	}, []string{"provider", "op"})
+
 	providerRequestErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_provider_request_errors_total",
-		Help: "Failed provider HTTP attempts, by operation and error code.",
-	}, []string{"op", "code"})
+		Help: "Failed provider HTTP attempts, by provider object (its kind, namespace and name, or default for --provider-url), operation and error code.",
+	}, []string{"provider", "op", "code"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(providerRequestErrors)
+	metrics.Registry.MustRegister(providerRequests, providerRequestErrors)
 }
 
-// CountProviderError is the provider client's OnError hook.
-func CountProviderError(op, code string) { providerRequestErrors.WithLabelValues(op, code).Inc() }
+// CountProviderRequest is the OnAttempt hook of the manager's own provider (--provider-url).
+func CountProviderRequest(op string) {
+	providerRequests.WithLabelValues(providers.DefaultLabel, op).Inc()
+}
+
+// CountProviderError is the OnError hook of the manager's own provider (--provider-url).
+func CountProviderError(op, code string) {
+	providerRequestErrors.WithLabelValues(providers.DefaultLabel, op, code).Inc()
+}
+
+// providerOptions are what the clients of provider object k start from: hooks that count their
+// attempts and failures under k's label.
+func providerOptions(k providers.Key) provider.Options {
+	label := k.Label()
+	return provider.Options{
+		OnAttempt: func(op string) { providerRequests.WithLabelValues(label, op).Inc() },
+		OnError:   func(op, code string) { providerRequestErrors.WithLabelValues(label, op, code).Inc() },
+	}
+}
 
 var apiserverWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "toolgate_apiserver_writes_total",

@@ -224,10 +224,10 @@ func TestCredentialNeverAppearsInLogsEventsOrStatus(t *testing.T) {
 	metrics, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="wait"}`),
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="wait",provider="default"}`),
 		"an error code AAP's table does not give that status (a 502's) is counted by its status, never as a label of its own")
-	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="forbidden",op="submit"}`))
-	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="cancel"}`))
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="forbidden",op="submit",provider="default"}`))
+	g.Expect(string(metrics)).To(ContainSubstring(`toolgate_provider_request_errors_total{code="unavailable",op="cancel",provider="default"}`))
 
 	log := p.Log()
 	g.Expect(log).To(ContainSubstring(`"level":"debug"`), "the manager logged at debug level")

@@ -21,7 +21,6 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/internal/aapwebhook"
-	"toolgate.dev/toolgate/internal/provider"
 )
 
 // The receiver reads a registration's signing Secret once: later messages are verified with the
@@ -44,7 +43,7 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 		},
 	})
 	clock := clocktesting.NewFakePassiveClock(now)
-	rc := &Receiver{Clock: clock, Providers: providers.New(nil, live, nil, "", provider.Options{})}
+	rc := &Receiver{Clock: clock, Providers: providers.New(nil, live, nil, "", nil)}
 	obj := &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team", UID: "6a1f0c2e"}}
 	k := providers.Key{Kind: tg.KindApprovalProvider, Namespace: "team", Name: "team"}
 	reg := &tg.WebhookRegistration{RegistrationID: uuid.NewString(), SecretName: "team-signing"}

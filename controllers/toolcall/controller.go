@@ -230,7 +230,7 @@ func (r *Reconciler) reportTransition(orig, tc *tg.ToolCall) {
 	}
 	r.Recorder.Eventf(tc, nil, eventType, tc.Status.Reason, string(tc.Status.Phase), "%s", eventNote(tc))
 	if tc.Status.Phase.IsTerminal() {
-		toolCallOutcomes.WithLabelValues(string(tc.Status.Phase)).Inc()
+		toolCallOutcomes.WithLabelValues(tc.Namespace, string(tc.Status.Phase)).Inc()
 	}
 }
 

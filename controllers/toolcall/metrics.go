@@ -8,8 +8,8 @@ import (
 var (
 	toolCallOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_toolcalls_total",
-		Help: "ToolCalls that reached a terminal phase, by outcome (the phase).",
-	}, []string{"outcome"})
+		Help: "ToolCalls that reached a terminal phase, by namespace and outcome (the phase).",
+	}, []string{"namespace", "outcome"})
 
 	approvalWaitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "toolgate_approval_wait_seconds",

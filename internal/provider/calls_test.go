@@ -129,6 +129,7 @@ func TestSubmitRetriesTransientFailures(t *testing.T) {
 			g.Expect(srv.Faults().Rules()).To(BeEmpty())
 			if tc.wantFailures != nil {
 				g.Expect(f.codes()).To(Equal(tc.wantFailures))
+				g.Expect(f.attemptsOf("submit")).To(Equal(len(tc.wantFailures)+1), "every attempt is counted: each failed one and the one that succeeded")
 			} else {
 				// A reset may be replayed by the transport itself; the client saw at most every reset.
 				g.Expect(len(f.codes())).To(BeNumerically("<=", tc.rule.Count))

@@ -26,7 +26,7 @@ type Client interface {
 	Cancel(ctx context.Context, ref Ref) (*Request, error)
 }
 
-// Operations, as Error.Op and the OnError option name them.
+// Operations, as Error.Op and the OnAttempt and OnError options name them.
 const (
 	opSubmit = "submit"
 	opWait   = "wait"
@@ -109,6 +109,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxConnsPerHost bounds connections to the provider (default 0: unbounded, as long polls each hold one).
 	MaxConnsPerHost int
+	// OnAttempt, when set, is told about every attempt before it is made (for metrics), retries
+	// included, so that every attempt OnError is told about was told here first.
+	OnAttempt func(op string)
 	// OnError, when set, is told about every failed attempt (for metrics); code is one of Codes or "other".
 	OnError func(op, code string)
 }

@@ -141,11 +141,12 @@ func (l *attemptLimit) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-// failures records the client's OnError reports.
+// failures records the client's OnError reports, and counts its OnAttempt reports by operation.
 type failures struct {
-	mu    sync.Mutex
-	start time.Time
-	list  []failure
+	mu       sync.Mutex
+	start    time.Time
+	list     []failure
+	attempts map[string]int
 }
 
 type failure struct {
@@ -153,9 +154,14 @@ type failure struct {
 	after    time.Duration
 }
 
-func newFailures() *failures { return &failures{start: time.Now()} }
+func newFailures() *failures { return &failures{start: time.Now(), attempts: map[string]int{}} }
 
 func (f *failures) option(o *provider.Options) {
+	o.OnAttempt = func(op string) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.attempts[op]++
+	}
 	o.OnError = func(op, code string) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -171,6 +177,13 @@ func (f *failures) codes() []string {
 		out = append(out, x.op+"/"+x.code)
 	}
 	return out
+}
+
+// attemptsOf is how many attempts of op OnAttempt was told about.
+func (f *failures) attemptsOf(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attempts[op]
 }
 
 func (f *failures) all() []failure {

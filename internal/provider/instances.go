@@ -101,6 +101,7 @@ func (c *HTTPClient) doRaw(ctx context.Context, cl *call) ([]byte, int, error) {
 		if ctx.Err() != nil && st.last != nil {
 			return nil, 0, st.last
 		}
+		c.attempted(cl)
 		cred := c.credential()
 		hreq, cancel, err := c.newRequest(ctx, cl, cred)
 		if err == nil {

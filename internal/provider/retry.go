@@ -29,6 +29,7 @@ func (c *HTTPClient) do(ctx context.Context, cl *call) (*Request, error) {
 			// The deadline ended the retries: the last failure says why they were needed.
 			return nil, st.last
 		}
+		c.attempted(cl)
 		cred := c.credential()
 		req, err := c.attempt(ctx, cl, cred)
 		if err == nil {
@@ -49,6 +50,13 @@ type retryState struct {
 	reloaded bool
 	last     *Error
 	backoff  *wait.Backoff
+}
+
+// attempted tells OnAttempt of an attempt of cl.
+func (c *HTTPClient) attempted(cl *call) {
+	if c.opts.OnAttempt != nil {
+		c.opts.OnAttempt(cl.op)
+	}
 }
 
 // failed judges a failed attempt: it returns the error to give up with, or the delay before trying again.

@@ -37,6 +37,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
+	"toolgate.dev/toolgate/test/metricnames"
 )
 
 // ---------------------------------------------------------------------------------------------------
@@ -127,17 +128,12 @@ func TestTroubleshootingEventTablesMatchTheControllersEvents(t *testing.T) {
 // ---------------------------------------------------------------------------------------------------
 // Metrics
 
-type metric struct {
-	name   string
-	labels []string
-}
-
 func TestMetricsDocCoversEveryMetric(t *testing.T) {
 	g := NewWithT(t)
 	metrics := registeredMetrics(t)
 	names := make([]string, len(metrics))
 	for i, m := range metrics {
-		names[i] = m.name
+		names[i] = m.Name
 	}
 	g.Expect(names).To(ContainElements("toolgate_toolcalls_total", "toolgate_apiserver_writes_total"))
 
@@ -149,17 +145,17 @@ func TestMetricsDocCoversEveryMetric(t *testing.T) {
 		}
 	}
 	for _, m := range metrics {
-		row, ok := rows[m.name]
-		g.Expect(ok).To(BeTrue(), "%s is registered (metricSources); add a table row for it to docs/metrics.md", m.name)
+		row, ok := rows[m.Name]
+		g.Expect(ok).To(BeTrue(), "%s is registered (metricnames.Sources); add a table row for it to docs/metrics.md", m.Name)
 		if !ok {
 			continue
 		}
-		g.Expect(len(row)).To(BeNumerically(">=", 3), "the row of %s in docs/metrics.md needs name, type and labels columns", m.name)
-		for _, l := range m.labels {
-			g.Expect(row[2]).To(ContainSubstring("`"+l+"`"), "docs/metrics.md: the labels column of %s must name label %q", m.name, l)
+		g.Expect(len(row)).To(BeNumerically(">=", 3), "the row of %s in docs/metrics.md needs name, type and labels columns", m.Name)
+		for _, l := range m.Labels {
+			g.Expect(row[2]).To(ContainSubstring("`"+l+"`"), "docs/metrics.md: the labels column of %s must name label %q", m.Name, l)
 		}
-		if len(m.labels) == 0 {
-			g.Expect(row[2]).To(Equal("—"), "docs/metrics.md: %s has no labels; its labels column must say —", m.name)
+		if len(m.Labels) == 0 {
+			g.Expect(row[2]).To(Equal("—"), "docs/metrics.md: %s has no labels; its labels column must say —", m.Name)
 		}
 	}
 
@@ -172,70 +168,17 @@ func TestMetricsDocCoversEveryMetric(t *testing.T) {
 				base = trimmed
 			}
 		}
-		g.Expect(names).To(ContainElement(base), "docs/metrics.md mentions %s, which no file of metricSources registers", name)
+		g.Expect(names).To(ContainElement(base), "docs/metrics.md mentions %s, which no file of metricnames.Sources registers", name)
 	}
 }
 
-// metricSources are the files that register Toolgate's metrics: the manager's own, and each package's
-// that counts what it does.
-var metricSources = []string{
-	"controllers/metrics.go",
-	"controllers/toolcall/metrics.go",
-	"controllers/receiver/receiver.go",
-	"internal/waiter/waiter.go",
-	"internal/mcpgateway/metrics.go",
-}
-
-// registeredMetrics parses metricSources for prometheus.New*(Opts{Name: "toolgate_..."}, labels).
-func registeredMetrics(t *testing.T) []metric {
+// registeredMetrics are the metrics the files of metricnames.Sources register.
+func registeredMetrics(t *testing.T) []metricnames.Metric {
 	t.Helper()
-	var out []metric
-	for _, src := range metricSources {
-		out = append(out, metricsIn(parseFile(t, src))...)
+	out, err := metricnames.Registered(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(out) == 0 {
-		t.Fatal("found no toolgate_ metric in the files of metricSources; update registeredMetrics in test/docstest")
-	}
-	return out
-}
-
-// metricsIn returns the toolgate_ metrics a file creates.
-func metricsIn(f *ast.File) []metric {
-	var out []metric
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) == 0 {
-			return true
-		}
-		opts, ok := call.Args[0].(*ast.CompositeLit)
-		if !ok {
-			return true
-		}
-		var m metric
-		for _, e := range opts.Elts {
-			kv, ok := e.(*ast.KeyValueExpr)
-			if !ok || !isIdent(kv.Key, "Name") {
-				continue
-			}
-			if s, ok := stringLit(kv.Value); ok && strings.HasPrefix(s, "toolgate_") {
-				m.name = s
-			}
-		}
-		if m.name == "" {
-			return true
-		}
-		if len(call.Args) > 1 {
-			if labels, ok := call.Args[1].(*ast.CompositeLit); ok {
-				for _, e := range labels.Elts {
-					if s, ok := stringLit(e); ok {
-						m.labels = append(m.labels, s)
-					}
-				}
-			}
-		}
-		out = append(out, m)
-		return true
-	})
 	return out
 }
 

@@ -161,7 +161,7 @@ func New(t testing.TB, env *Env, opts ...Option) *Harness {
 	h.clientOpts = provider.Options{
 		CredentialFile: h.CredFile,
 		BackoffBase:    20 * time.Millisecond, BackoffCap: 500 * time.Millisecond,
-		RequestTimeout: 5 * time.Second, OnError: controllers.CountProviderError,
+		RequestTimeout: 5 * time.Second, OnAttempt: controllers.CountProviderRequest, OnError: controllers.CountProviderError,
 	}
 	h.Opts = controllers.Options{
 		PollWait:     2 * time.Second,

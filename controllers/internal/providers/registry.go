@@ -44,6 +44,22 @@ func (k Key) String() string {
 	return k.Kind + " " + k.Name
 }
 
+// DefaultLabel is the provider label of the manager's own provider in Toolgate's metrics.
+const DefaultLabel = "default"
+
+// Label names the provider in the provider label of Toolgate's metrics: ApprovalProvider/<namespace>/<name>,
+// ClusterApprovalProvider/<name>, or DefaultLabel for the manager's flags. Provider objects are made
+// by people, so the label's values are as few as they are; a request id or URL is never part of it.
+func (k Key) Label() string {
+	switch k.Kind {
+	case "":
+		return DefaultLabel
+	case tg.KindApprovalProvider:
+		return k.Kind + "/" + k.Namespace + "/" + k.Name
+	}
+	return k.Kind + "/" + k.Name
+}
+
 // Annotation is the key as the acceptance record holds it (tg.AnnotationProvider).
 func (k Key) Annotation() string {
 	if k.Kind == "" {
@@ -80,8 +96,9 @@ type Registry struct {
 	flags provider.Client
 	// clusterNamespace holds the Secrets and ConfigMaps ClusterApprovalProviders name.
 	clusterNamespace string
-	// base is what every client built here starts from (timeouts, backoff, error metrics).
-	base provider.Options
+	// base is what every client built here starts from (timeouts, backoff, the hooks that count its
+	// attempts and failures under its provider's label), for the provider it talks to.
+	base func(Key) provider.Options
 
 	mu      sync.Mutex
 	clients map[clientKey]*providerClient
@@ -112,7 +129,13 @@ func (p *Registry) object(ctx context.Context, k Key) (tg.GenericProvider, error
 // Live reads around the cache: Secrets and ConfigMaps, and what must not be stale.
 func (p *Registry) Live() client.Reader { return p.live }
 
-func New(cache, live client.Reader, flags provider.Client, clusterNamespace string, base provider.Options) *Registry {
+// New is a registry that reads provider objects from cache and Secrets and ConfigMaps from live;
+// flags is the manager's own provider (nil without --provider-url), and base gives the options each
+// client of provider k starts from (nil: the defaults).
+func New(cache, live client.Reader, flags provider.Client, clusterNamespace string, base func(k Key) provider.Options) *Registry {
+	if base == nil {
+		base = func(Key) provider.Options { return provider.Options{} }
+	}
 	return &Registry{cache: cache, live: live, flags: flags, clusterNamespace: clusterNamespace, base: base,
 		clients: map[clientKey]*providerClient{}}
 }
@@ -401,7 +424,7 @@ func ProvisionedSecretName(obj tg.GenericProvider, replaces string) string {
 // is an *Unusable with the Ready reason.
 func (p *Registry) NewClient(ctx context.Context, k Key, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, error) {
 	spec := obj.GetSpec()
-	opts := p.base
+	opts := p.base(k)
 	opts.BaseURL, opts.CredentialFile = spec.URL, ""
 	opts.CABundle = spec.CABundle
 	if ref := spec.CABundleRef; ref != nil {
@@ -442,8 +465,14 @@ func (p *Registry) Asynchronous(ctx context.Context, tc *tg.ToolCall) bool {
 	if err != nil {
 		return false
 	}
+	return DeliversTo(obj, instance)
+}
+
+// DeliversTo reports whether provider object obj delivers notifications for instance (its active
+// registration is for it): the calls whose requests live there wait without a long poll.
+func DeliversTo(obj tg.GenericProvider, instance string) bool {
 	d := obj.GetStatus().Delivery
-	return d != nil && d.Active != nil && d.Active.InstanceID == instance
+	return instance != "" && d != nil && d.Active != nil && d.Active.InstanceID == instance
 }
 
 // ToolCallsField indexes ToolCalls by the provider their acceptance recorded (Index).
