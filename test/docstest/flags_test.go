@@ -101,3 +101,17 @@ func fencedBlocks(doc, lang string) []string {
 	}
 	return out
 }
+
+// Toolgate's metrics are described in one table, docs/metrics.md's: a second copy elsewhere drifts
+// (one listed metrics and labels that were no longer registered).
+func TestMetricsAreTabledOnlyInTheMetricsPage(t *testing.T) {
+	g := NewWithT(t)
+	row := regexp.MustCompile("(?m)^\\| `toolgate_[a-z_]+` \\|")
+	for _, file := range markdownFiles(t) {
+		if file == "docs/metrics.md" {
+			continue
+		}
+		g.Expect(row.FindString(readFile(t, file))).To(BeEmpty(), "%s has a table row of a metric: link to docs/metrics.md instead", file)
+	}
+	g.Expect(row.MatchString(readFile(t, "docs/metrics.md"))).To(BeTrue())
+}
