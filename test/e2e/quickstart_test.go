@@ -131,7 +131,8 @@ func runBlock(t *testing.T, root, work, state, script string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	wrapped := fmt.Sprintf("set -eo pipefail\nsource %q\ncd %q\n%s\nexport -p > %q\n", state, root, script, state)
+	// set -a: the variables a block sets (ID=...) reach the later blocks, as in one terminal.
+	wrapped := fmt.Sprintf("set -aeo pipefail\nsource %q\ncd %q\n%s\nexport -p > %q\n", state, root, script, state)
 	cmd := exec.CommandContext(ctx, "bash", "-c", wrapped)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+os.Getenv("KUBECONFIG"), "HOME="+os.Getenv("HOME"))
 	cmd.Dir = work
