@@ -6,8 +6,8 @@
 #
 # It starts the single-node cluster of hack/cluster.sh (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, containerd + runc, kubelet, kube-proxy), builds the images from this checkout and
-# loads them into it, installs Toolgate as users do (dist/install.yaml, through config/dev which adds the
-# reference approvals provider as a Pod), then applies config/samples (the Tool, then the ToolCall)
+# loads them into it, installs Toolgate as users do (the chart dist/chart, with config/dev/values.yaml,
+# and the reference approvals provider of config/dev as a Pod), then applies config/samples (the Tool, then the ToolCall)
 # and waits for a decision. Once approved, the Tool's Job runs the demo tool (cmd/issue-refund) in a
 # real Pod, and the ToolCall's status.result is what that container wrote.
 #
@@ -69,7 +69,7 @@ note "cluster and images ready in $((SECONDS - up_start))s"
 note "kubeconfig: ${dev}/kubeconfig (user toolgate-admin, group system:masters)"
 go build -o bin/reference-provider ./cmd/reference-provider
 
-say "Installing Toolgate (config/dev: dist/install.yaml + the reference provider)"
+say "Installing Toolgate (the chart with config/dev/values.yaml, and the reference provider of config/dev)"
 hack/cluster.sh install
 kubectl get pods -n toolgate-system -o wide
 
