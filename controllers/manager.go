@@ -22,9 +22,9 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/approvalprovider"
-	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
+	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/controllers/receiver"
 	"toolgate.dev/toolgate/controllers/tool"
 	"toolgate.dev/toolgate/controllers/toolcall"

@@ -239,4 +239,3 @@ func TestMCPServerToolCallRunsTheToolOnce(t *testing.T) {
 	done := h.WaitPhase("echo", tg.PhaseSucceeded)
 	g.Expect(done.Status.Result).To(Equal("Echo: refund $(AMOUNT) to Zoë"))
 }
-

@@ -3,9 +3,9 @@ package controllers
 import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/approvalprovider"
-	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
+	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/controllers/tool"
 )
 
