@@ -3,11 +3,14 @@ package controllers_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -238,4 +241,61 @@ func TestMCPServerToolCallRunsTheToolOnce(t *testing.T) {
 	h.FinishJob(running.Status.JobName, true, o.Message)
 	done := h.WaitPhase("echo", tg.PhaseSucceeded)
 	g.Expect(done.Status.Result).To(Equal("Echo: refund $(AMOUNT) to Zoë"))
+}
+
+// A tool whose schema changes at the server changes its Tool, which withdraws the call waiting on
+// the old one; a tool that disappears deletes its Tool. The server is the MCP Go SDK's, whose tools
+// the test changes (the reference server's are fixed).
+func TestMCPServerFollowsTheServersTools(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	ctx := context.Background()
+	server := mcp.NewServer(&mcp.Implementation{Name: "ledger", Version: "v1"}, nil)
+	handler := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+	}
+	schema := func(prop string) map[string]any {
+		return map[string]any{"type": "object", "properties": map[string]any{prop: map[string]any{"type": "string"}}, "required": []any{prop}}
+	}
+	server.AddTool(&mcp.Tool{Name: "lookup", Description: "Looks an entry up", InputSchema: schema("id")}, handler)
+	server.AddTool(&mcp.Tool{Name: "delete_entry", InputSchema: schema("id")}, handler)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(hs.Close)
+	srv := &tg.MCPServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: h.NS},
+		Spec: tg.MCPServerSpec{URL: hs.URL, AllowInsecureHTTP: true, Tools: []string{"*"}, ExecutorImage: "mcp-call:test",
+			RefreshInterval: &metav1.Duration{Duration: time.Second},
+			ToolTemplate:    tg.MCPToolTemplate{ExecutionTimeout: &metav1.Duration{Duration: 20 * time.Second}}},
+	}
+	g.Expect(h.K8s.Create(ctx, srv)).To(Succeed())
+	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).
+		Should(Equal([]string{"ledger--delete-entry", "ledger--lookup"}))
+	g.Eventually(func(g Gomega) metav1.ConditionStatus {
+		c := meta.FindStatusCondition(getTool(g, h, "ledger--lookup").Status.Conditions, tg.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		return c.Status
+	}).Should(Equal(metav1.ConditionTrue))
+	before := getTool(g, h, "ledger--lookup")
+	got := &tg.MCPServer{}
+	g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), got)).To(Succeed())
+	hash := got.Status.Tools[1].SchemaHash
+
+	h.ToolCall("waiting", "ledger__lookup", `{"id":"e-1"}`, 2*time.Minute, nil)
+	h.PendingRequest("waiting")
+
+	server.RemoveTools("lookup")
+	server.AddTool(&mcp.Tool{Name: "lookup", Description: "Looks an entry up", InputSchema: schema("key")}, handler)
+	g.Eventually(func(g Gomega) int64 { return getTool(g, h, "ledger--lookup").Generation }).Should(BeNumerically(">", before.Generation))
+	after := getTool(g, h, "ledger--lookup")
+	g.Expect(after.UID).To(Equal(before.UID))
+	g.Expect(string(after.Spec.ArgumentsSchema.Raw)).To(ContainSubstring(`"key"`))
+	g.Eventually(func(g Gomega) string {
+		g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), got)).To(Succeed())
+		return got.Status.Tools[1].SchemaHash
+	}).ShouldNot(Equal(hash))
+	withdrawn := h.WaitPhase("waiting", tg.PhaseCancelled)
+	g.Expect(withdrawn.Status.Reason).To(Equal(tg.ReasonToolChanged))
+
+	server.RemoveTools("delete_entry")
+	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).Should(Equal([]string{"ledger--lookup"}))
 }

@@ -213,7 +213,7 @@ func desiredTool(srv *tg.MCPServer, name string, t *mcp.Tool, spec tg.ToolSpec) 
 	}
 }
 
-// apply creates want, or updates cur (the MCPServer's own Tool of that name, nil when it has none)
+// apply creates want, or patches cur (the MCPServer's own Tool of that name, nil when it has none)
 // when its spec, label or description differ. It reports a conflict when a Tool of that name exists
 // that is not the MCPServer's.
 func (r *Reconciler) apply(ctx context.Context, srv *tg.MCPServer, want, cur *tg.Tool) (conflict bool, err error) {
@@ -247,7 +247,9 @@ func (r *Reconciler) apply(ctx context.Context, srv *tg.MCPServer, want, cur *tg
 		upd.Annotations = map[string]string{}
 	}
 	upd.Annotations[descriptionAnnotation] = want.Annotations[descriptionAnnotation]
-	if err := r.Update(ctx, upd); err != nil {
+	// A merge patch computed from the cached Tool: no conflict with the Tool controller's status
+	// writes; a field someone added to the spec since is removed at the next listing.
+	if err := r.Patch(ctx, upd, client.MergeFrom(cur)); err != nil {
 		return false, fmt.Errorf("updating Tool %s: %w", cur.Name, err)
 	}
 	return false, nil
