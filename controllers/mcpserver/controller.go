@@ -47,9 +47,9 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=mcpservers,verbs=get;list;watch
-// +kubebuilder:rbac:groups=toolgate.dev,resources=mcpservers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=toolgate.dev,resources=mcpservers/status,verbs=get;patch
 // +kubebuilder:rbac:groups=toolgate.dev,resources=mcpservers/finalizers,verbs=update
-// +kubebuilder:rbac:groups=toolgate.dev,resources=tools,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=toolgate.dev,resources=tools,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
