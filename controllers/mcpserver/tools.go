@@ -19,7 +19,6 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/mcpclient"
-	"toolgate.dev/toolgate/internal/mcpgateway"
 )
 
 // What a generated Tool is made of: its names, its spec and the Job that calls the tool.
@@ -218,5 +217,7 @@ func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTem
 // and turns $$ into $, so every $ is doubled (as the ToolCall controller writes TOOL_ARGUMENTS).
 func literalEnv(v string) string { return strings.ReplaceAll(v, "$", "$$") }
 
-// descriptionAnnotation is the annotation the MCP gateway reads a Tool's description from.
-const descriptionAnnotation = mcpgateway.AnnotationDescription
+// descriptionAnnotation is the annotation the MCP gateway reads a Tool's description from
+// (mcpgateway.AnnotationDescription, which this package cannot import: the gateway's tests import the
+// controllers).
+const descriptionAnnotation = "toolgate.dev/description"

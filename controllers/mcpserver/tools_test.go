@@ -8,7 +8,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/mcpgateway"
 )
+
+// The generated Tools carry their description where the MCP gateway reads it.
+func TestDescriptionAnnotationIsTheGateways(t *testing.T) {
+	if descriptionAnnotation != mcpgateway.AnnotationDescription {
+		t.Fatalf("%q is not the gateway's %q", descriptionAnnotation, mcpgateway.AnnotationDescription)
+	}
+}
 
 func TestExposed(t *testing.T) {
 	for _, c := range []struct {
