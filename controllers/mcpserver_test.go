@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/internal/mcpcall"
 	"toolgate.dev/toolgate/internal/mcpclient"
 	"toolgate.dev/toolgate/test/mcpeverything"
@@ -298,4 +300,62 @@ func TestMCPServerFollowsTheServersTools(t *testing.T) {
 
 	server.RemoveTools("delete_entry")
 	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).Should(Equal([]string{"ledger--lookup"}))
+}
+
+// finishMCPJob ends the Job of an MCPServer's Tool as the kubelet and the Job controller would once
+// mcp-call exited with code exit and message msg.
+func finishMCPJob(h *th.Harness, jobName string, exit int32, msg string) {
+	h.T.Helper()
+	ctx := context.Background()
+	job := &batchv1.Job{}
+	h.G.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: jobName}, job)).To(Succeed())
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: h.NS, Labels: job.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	}
+	h.G.Expect(h.K8s.Create(ctx, pod)).To(Succeed())
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, Image: "mcp-call:test",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Message: msg}}}}
+	h.G.Expect(h.K8s.Status().Update(ctx, pod)).To(Succeed())
+	now := metav1.Now()
+	job.Status.StartTime, job.Status.Failed = &now, 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+	}
+	h.G.Expect(h.K8s.Status().Update(ctx, job)).To(Succeed())
+}
+
+// A call whose mcp-call lost the connection after sending ends Failed with ToolMayHaveRun, never as
+// not run; a tool error ends JobFailed with the tool's words.
+func TestMCPServerCallLostAfterSendingMayHaveRun(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	everything := mcpeverything.Start(t)
+	mcpServer(h, everything.URL, []string{"echo"})
+	g.Eventually(func(g Gomega) metav1.ConditionStatus {
+		c := meta.FindStatusCondition(getTool(g, h, "everything--echo").Status.Conditions, tg.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		return c.Status
+	}).Should(Equal(metav1.ConditionTrue))
+
+	for _, c := range []struct {
+		name   string
+		exit   int32
+		msg    string
+		reason string
+	}{
+		{"lost", mcpcall.ExitMayHaveRun, "The connection to the MCP server was lost after the call to echo was sent: the tool may have run.", tg.ReasonToolMayHaveRun},
+		{"tool-error", mcpcall.ExitToolError, "MCP error -32602: Input validation error", tg.ReasonJobFailed},
+	} {
+		h.ToolCall(c.name, "everything__echo", `{"message":"x"}`, 2*time.Minute, nil)
+		h.Approve(h.PendingRequest(c.name).ID, 5*time.Minute)
+		running := h.WaitPhase(c.name, tg.PhaseRunning)
+		finishMCPJob(h, running.Status.JobName, c.exit, c.msg)
+		done := h.WaitPhase(c.name, tg.PhaseFailed)
+		g.Expect(done.Status.Reason).To(Equal(c.reason), c.name)
+		g.Expect(done.Status.Result).To(Equal(c.msg))
+	}
 }

@@ -190,6 +190,10 @@ const (
 const (
 	// ReasonJobFailed: the Job failed (a container exited non-zero, or its deadline passed).
 	ReasonJobFailed = "JobFailed"
+	// ReasonToolMayHaveRun: the Job of a Tool an MCPServer generated sent the call to the MCP server
+	// and lost the connection before the answer (mcp-call's exit code 3): the tool may have run. It
+	// is never called again, and never reported as not run.
+	ReasonToolMayHaveRun = "ToolMayHaveRun"
 	// ReasonJobMissing: the Job was deleted before it finished; its outcome is unknown.
 	ReasonJobMissing = "JobMissing"
 	// ReasonJobRefused: approved, but the apiserver refused the Job as invalid.

@@ -182,12 +182,12 @@ func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTem
 		env = append(env, corev1.EnvVar{Name: mcpclient.EnvAllowInsecureHTTP, Value: "true"})
 	}
 	env = append(env, conn.env...)
+	// No labels: the Tool CRD keeps no metadata of the templates (the Job's Pods carry Toolgate's
+	// own labels, toolgate.dev/tool naming the toolName).
 	return batchv1.JobTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{tg.LabelMCPServer: srv.Name}},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{tg.LabelMCPServer: srv.Name}},
 				Spec: corev1.PodSpec{
 					RestartPolicy:                corev1.RestartPolicyNever,
 					AutomountServiceAccountToken: ptr.To(false),
