@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -310,5 +311,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&tg.MCPServer{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&tg.Tool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("mcpserver").
+		// A server that does not answer holds its worker for up to DiscoveryTimeout: the others go on.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
