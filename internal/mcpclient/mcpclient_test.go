@@ -21,7 +21,9 @@ import (
 func server(t *testing.T) (*httptest.Server, func() []string) {
 	s := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "v1"}, nil)
 	s.AddTool(&mcp.Tool{Name: "lookup", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	var mu sync.Mutex
 	var auth []string
