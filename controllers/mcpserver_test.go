@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -382,4 +383,46 @@ func TestKstatusOfAnMCPServer(t *testing.T) {
 	everything.Stop()
 	waitKstatus(h, tg.KindMCPServer, key, kstatus.InProgressStatus, "Listing the tools of "+everything.URL+" failed")
 	expectEvents(h, h.NS, srv.UID, map[string]int32{"HeaderSecretUnavailable/Warning": 1, "ToolsDiscovered/Normal": 1, "ServerUnreachable/Warning": 1})
+}
+
+// BenchmarkMCPServerDiscovery100Tools measures, for a server (the MCP Go SDK's, on loopback) with 100
+// tools all exposed: the time from creating the MCPServer to it being Ready with its 100 Tools in the
+// apiserver (envtest), and one listing of the 100 tools alone (connect, initialize, tools/list).
+// go test ./controllers/ -run '^$' -bench BenchmarkMCPServerDiscovery100Tools -benchtime 3x
+func BenchmarkMCPServerDiscovery100Tools(b *testing.B) {
+	h := th.New(b, env)
+	ctx := context.Background()
+	server := mcp.NewServer(&mcp.Implementation{Name: "many", Version: "v1"}, nil)
+	for i := range 100 {
+		server.AddTool(&mcp.Tool{Name: fmt.Sprintf("tool_%03d", i), Description: "One of many.", InputSchema: map[string]any{
+			"type": "object", "properties": map[string]any{"id": map[string]any{"type": "string"}, "amount": map[string]any{"type": "integer"}},
+			"required": []any{"id"}}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{}, nil
+			})
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	b.Cleanup(hs.Close)
+	var toReady, listing time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		name := fmt.Sprintf("many-%d", i)
+		start := time.Now()
+		h.G.Expect(h.K8s.Create(ctx, &tg.MCPServer{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
+			Spec:       tg.MCPServerSpec{URL: hs.URL, AllowInsecureHTTP: true, Tools: []string{"*"}, ExecutorImage: "mcp-call:bench"},
+		})).To(Succeed())
+		h.G.Eventually(func(g Gomega) []string { s, r := mcpReady(g, h, name); return []string{s, r} }).
+			WithPolling(10 * time.Millisecond).Should(Equal([]string{"True", tg.ReasonToolsDiscovered}))
+		toReady += time.Since(start)
+		h.G.Expect(generatedTools(h.G, h, name)).To(HaveLen(100))
+
+		start = time.Now()
+		tools, err := mcpclient.Discover(ctx, mcpclient.Config{URL: hs.URL, AllowInsecureHTTP: true}, time.Minute)
+		listing += time.Since(start)
+		h.G.Expect(err).NotTo(HaveOccurred())
+		h.G.Expect(tools).To(HaveLen(100))
+	}
+	b.ReportMetric(float64(toReady.Milliseconds())/float64(b.N), "ms-create-to-ready")
+	b.ReportMetric(float64(listing.Microseconds())/1000/float64(b.N), "ms-list-100-tools")
 }
