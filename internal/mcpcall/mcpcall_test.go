@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/mcpcall"
@@ -144,9 +145,18 @@ func TestToolErrorsAndRefusals(t *testing.T) {
 	g.Expect(o.Code).To(Equal(mcpcall.ExitToolError), o.Message)
 	g.Expect(o.Message).To(ContainSubstring("message"))
 
+	// The reference server (the TypeScript SDK's) answers an unknown tool with isError too.
 	o = call(t, srv.URL, "no-such-tool", `{}`)
-	g.Expect(o.Code).To(BeElementOf(mcpcall.ExitRefused, mcpcall.ExitToolError), o.Message)
+	g.Expect(o.Code).To(Equal(mcpcall.ExitToolError), o.Message)
 	g.Expect(o.Message).To(ContainSubstring("no-such-tool"))
+
+	// The Go SDK's server answers it with a JSON-RPC error: refused, the tool did not run.
+	gosrv := mcp.NewServer(&mcp.Implementation{Name: "go", Version: "v1"}, nil)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gosrv }, nil))
+	t.Cleanup(hs.Close)
+	o = call(t, hs.URL, "no-such-tool", `{}`)
+	g.Expect(o.Code).To(Equal(mcpcall.ExitRefused), o.Message)
+	g.Expect(o.Message).To(And(ContainSubstring("no-such-tool"), ContainSubstring("The tool did not run")))
 
 	o = call(t, srv.URL, "echo", `["not", "an", "object"]`)
 	g.Expect(o.Code).To(Equal(mcpcall.ExitNotRun))
