@@ -40,7 +40,7 @@ func TestAgentCallsAnMCPServersToolThroughTheGateway(t *testing.T) {
 	}).Should(Equal(metav1.ConditionTrue))
 
 	a := w.startTSAgent("everything__echo", `{"message":"approved by a human"}`)
-	g.Eventually(a.lines).WithTimeout(60*time.Second).Should(ContainElement("listed everything__echo"))
+	g.Eventually(a.lines).WithTimeout(60 * time.Second).Should(ContainElement("listed everything__echo"))
 	name := w.toolCallName()
 	w.Approve(w.PendingRequest(name).ID, 5*time.Minute)
 	running := w.WaitPhase(name, tg.PhaseRunning)
