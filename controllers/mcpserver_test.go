@@ -150,6 +150,17 @@ func TestMCPServerDiscoversTheExposedTools(t *testing.T) {
 	g.Expect(h.K8s.Update(ctx, got)).To(Succeed())
 	g.Eventually(func(g Gomega) time.Duration { return getTool(g, h, "everything--echo").Spec.ExecutionTimeout.Duration }).
 		Should(Equal(30 * time.Second))
+
+	// A generated Tool edited by hand is written back; one whose label was removed is still its own.
+	edited := getTool(g, h, "everything--echo")
+	base := edited.DeepCopy()
+	delete(edited.Labels, tg.LabelMCPServer)
+	edited.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = "someone/else:latest"
+	g.Expect(h.K8s.Patch(ctx, edited, client.MergeFrom(base))).To(Succeed())
+	g.Eventually(func(g Gomega) []string {
+		t := getTool(g, h, "everything--echo")
+		return []string{t.Labels[tg.LabelMCPServer], t.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image}
+	}).Should(Equal([]string{"everything", "mcp-call:test"}))
 }
 
 // The server going away makes the MCPServer Reconciling (ServerUnreachable) and keeps its Tools; the

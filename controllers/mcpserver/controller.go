@@ -225,10 +225,16 @@ func (r *Reconciler) apply(ctx context.Context, srv *tg.MCPServer, want, cur *tg
 		switch err := r.Create(ctx, want); {
 		case err == nil:
 			return false, nil
-		case apierrors.IsAlreadyExists(err):
-			return true, nil
-		default:
+		case !apierrors.IsAlreadyExists(err):
 			return false, fmt.Errorf("creating Tool %s: %w", want.Name, err)
+		}
+		// It exists: its own Tool whose label someone removed is taken back, another is a conflict.
+		cur = &tg.Tool{}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(want), cur); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if !metav1.IsControlledBy(cur, srv) {
+			return true, nil
 		}
 	}
 	same, err := jsonEqual(cur.Spec, want.Spec)
