@@ -118,9 +118,8 @@ func TestSendsTheApprovedArgumentsAsTheyAre(t *testing.T) {
 	p := newProxy(t, srv.URL, false)
 
 	// A number no float64 holds, $(VAR) and $$ that a kubelet would expand, non-ASCII text, <&> (no
-	// HTML escaping), and
-	// keys out of order: the server receives the same JSON text (without the whitespace between
-	// tokens).
+	// HTML escaping), and keys out of order: the server receives the same JSON text (without the
+	// whitespace between tokens).
 	args := `{"message": "pay $(HOME) $$5 to Zoë <a&b>", "z": 1, "big": 12345678901234567890123, "a": [1.50, {"y": null}]}`
 	_ = call(t, p.URL, "echo", args)
 	calls := p.toolCalls()
