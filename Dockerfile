@@ -6,6 +6,7 @@
 #   docker build --target toolgate-mcp -t toolgate-mcp:v0.1.0 .              # the MCP gateway
 #   docker build --target issue-refund -t issue-refund:v0.1.0 .              # the demo tool
 #   docker build --target kubectl-toolcall -t kubectl-toolcall:v0.1.0 .      # an agent's client
+#   docker build --target mcp-call -t mcp-call:v0.1.0 .                      # an MCPServer's executor
 #
 # hack/image builds the same images without Docker (hack/cluster.sh); test/installer checks that this
 # file follows hack/images.txt.
@@ -58,6 +59,11 @@ FROM gcr.io/distroless/static:nonroot AS kubectl-toolcall
 COPY --from=builder /out/kubectl-toolcall /kubectl-toolcall
 USER 65532:65532
 ENTRYPOINT ["/kubectl-toolcall"]
+
+FROM gcr.io/distroless/static:nonroot AS mcp-call
+COPY --from=builder /out/mcp-call /mcp-call
+USER 65532:65532
+ENTRYPOINT ["/mcp-call"]
 
 # The manager last: `docker build .` without --target builds it.
 FROM gcr.io/distroless/static:nonroot AS toolgate

@@ -13,6 +13,9 @@
 //   - controllers/approvalprovider: the controller of ApprovalProviders and ClusterApprovalProviders,
 //     which checks each one's credential and reachability (Ready with kstatus's conditions),
 //     provisions its AAP instance and registers its webhook receiver.
+//   - controllers/mcpserver: the MCPServer controller, which lists each MCP server's tools (the MCP
+//     Go SDK's client, internal/mcpclient) and owns one Tool per tool its spec.tools exposes, whose
+//     Job runs cmd/mcp-call (internal/mcpcall) to call that tool once.
 //   - controllers/receiver: the AAP webhook receiver, which answers providers' verification messages
 //     and has notifications recorded on the ToolCalls they concern.
 //   - internal/waiter: the long polls of pending approval requests, one goroutine each.

@@ -24,6 +24,7 @@ import (
 	"toolgate.dev/toolgate/controllers/approvalprovider"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
+	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/controllers/receiver"
 	"toolgate.dev/toolgate/controllers/tool"
 	"toolgate.dev/toolgate/controllers/toolcall"
@@ -234,6 +235,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	toolController := &tool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Tools: tools}
 	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
+	}
+	mc := &mcpserver.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller")}
+	if err := mc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the MCPServer controller: %w", err)
 	}
 	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
 		pr := &approvalprovider.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"),

@@ -5,6 +5,7 @@ import (
 	"toolgate.dev/toolgate/controllers/approvalprovider"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
+	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/controllers/tool"
 )
 
@@ -23,5 +24,6 @@ func Events() []lifecycle.EventRow { return lifecycle.EventRows() }
 func Readiness() []readiness.Row {
 	rows := tool.Readiness()
 	rows = append(rows, approvalprovider.Readiness(tg.KindApprovalProvider)...)
-	return append(rows, approvalprovider.Readiness(tg.KindClusterApprovalProvider)...)
+	rows = append(rows, approvalprovider.Readiness(tg.KindClusterApprovalProvider)...)
+	return append(rows, mcpserver.Readiness()...)
 }

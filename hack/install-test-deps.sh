@@ -6,23 +6,28 @@
 #    into ${TOOLGATE_NPM_DIR:-~/.cache/toolgate/npm}/mcpagent (outside the checkout), which the MCP
 #    gateway's tests (internal/mcpgateway) run as an agent, and test/examples runs
 #    examples/typescript-mcp with (its lock file holds the same packages). Needs Node 20 or later and npm.
+#  - the official reference MCP server @modelcontextprotocol/server-everything, at the version pinned by
+#    test/mcpeverything/package-lock.json, into ${TOOLGATE_NPM_DIR:-~/.cache/toolgate/npm}/mcpeverything,
+#    which the MCPServer controller's and mcp-call's tests run over streamable HTTP.
 # It does nothing for what is already installed, so it is safe to run before every test run.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-install_mcp_sdk() {
-  local src="${root}/test/mcpagent/ts"
-  local dest="${TOOLGATE_NPM_DIR:-${HOME}/.cache/toolgate/npm}/mcpagent"
+# npm_install <source dir with package.json and package-lock.json> <name under the npm dir> <what>
+npm_install() {
+  local src="$1"
+  local dest="${TOOLGATE_NPM_DIR:-${HOME}/.cache/toolgate/npm}/$2"
+  local what="$3"
   if [[ -d "${dest}/node_modules" ]] && cmp -s "${src}/package-lock.json" "${dest}/package-lock.json"; then
     return 0
   fi
   if ! command -v npm >/dev/null 2>&1; then
     echo "hack/install-test-deps.sh: npm is missing; install Node.js 20 or later with npm" \
-      "(apt-get install -y nodejs npm) to run the MCP gateway's TypeScript SDK tests" >&2
+      "(apt-get install -y nodejs npm) to install ${what} for the tests" >&2
     return 1
   fi
-  echo "hack/install-test-deps.sh: installing the TypeScript MCP SDK into ${dest}" >&2
+  echo "hack/install-test-deps.sh: installing ${what} into ${dest}" >&2
   mkdir -p "${dest}"
   cp "${src}/package.json" "${src}/package-lock.json" "${dest}/"
   local log
@@ -36,7 +41,8 @@ install_mcp_sdk() {
   rm -f "${log}"
 }
 
-install_mcp_sdk
+npm_install "${root}/test/mcpagent/ts" mcpagent "the TypeScript MCP SDK"
+npm_install "${root}/test/mcpeverything" mcpeverything "the reference MCP server (server-everything)"
 
 if [[ -x /usr/bin/chromium ]]; then
   exit 0

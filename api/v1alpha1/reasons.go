@@ -190,6 +190,10 @@ const (
 const (
 	// ReasonJobFailed: the Job failed (a container exited non-zero, or its deadline passed).
 	ReasonJobFailed = "JobFailed"
+	// ReasonToolMayHaveRun: the Job of a Tool an MCPServer generated sent the call to the MCP server
+	// and lost the connection before the answer (mcp-call's exit code 3): the tool may have run. It
+	// is never called again, and never reported as not run.
+	ReasonToolMayHaveRun = "ToolMayHaveRun"
 	// ReasonJobMissing: the Job was deleted before it finished; its outcome is unknown.
 	ReasonJobMissing = "JobMissing"
 	// ReasonJobRefused: approved, but the apiserver refused the Job as invalid.
@@ -284,4 +288,24 @@ const (
 	// ReasonDecisionNotVerified: status.decision recorded a rule's approval the Tool's rules do not
 	// give (someone else wrote the status); it was dropped.
 	ReasonDecisionNotVerified = "DecisionNotVerified"
+)
+
+// Reasons of an MCPServer's Ready condition (also those of its Reconciling and Stalled conditions and
+// of the event that reports a change of Ready). CABundleInvalid is shared with provider objects.
+const (
+	// ReasonToolsDiscovered: the server's tools were listed and every tool spec.tools exposes has its
+	// Tool.
+	ReasonToolsDiscovered = "ToolsDiscovered"
+	// ReasonServerUnreachable: the server could not be reached, or its initialization or tools/list
+	// failed; the manager tries again and keeps the Tools it generated as they are meanwhile.
+	ReasonServerUnreachable = "ServerUnreachable"
+	// ReasonHeaderSecretUnavailable: a Secret of spec.headers is missing, does not consent to serve
+	// the MCPServer (label toolgate.dev/mcp-server), or lacks its key.
+	ReasonHeaderSecretUnavailable = "HeaderSecretUnavailable"
+	// ReasonToolNameConflict: a Tool the MCPServer would generate exists and is not its own; that tool
+	// gets no Tool until the other one is renamed or removed.
+	ReasonToolNameConflict = "ToolNameConflict"
+	// ReasonInvalidMCPServerSpec: the spec holds what the manager cannot use although the apiserver
+	// accepted it, such as an entry of spec.tools that is not a valid glob.
+	ReasonInvalidMCPServerSpec = "InvalidMCPServerSpec"
 )

@@ -179,6 +179,8 @@ func (r *Reconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, er
 	switch {
 	case end.succeeded:
 		setStatus(tc, lifecycle.JobSucceeded.Status())
+	case mcpCallLost(pods):
+		setStatus(tc, lifecycle.MCPCallLost.Status())
 	case end.failure != "":
 		setStatus(tc, lifecycle.JobFailed.Status(end.failure))
 	default:

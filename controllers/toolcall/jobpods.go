@@ -17,6 +17,8 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/mcpserver"
+	"toolgate.dev/toolgate/internal/mcpcall"
 )
 
 // The kubelet's waiting reasons for a container whose image the node does not have and cannot get
@@ -196,4 +198,18 @@ func imageWaitChanged() predicate.Funcs {
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// mcpCallLost reports whether the Job's executor, the container mcp-call of the Tools MCPServers
+// generate, said it lost the connection after sending the call (its exit code 3): the tool may have
+// run. Another Tool whose container is so named and exits so gets the same reason, for its own calls.
+func mcpCallLost(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; cs.Name == mcpserver.ExecutorContainer && t != nil && t.ExitCode == mcpcall.ExitMayHaveRun {
+				return true
+			}
+		}
+	}
+	return false
 }

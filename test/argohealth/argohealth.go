@@ -19,7 +19,7 @@ import (
 )
 
 // Kinds are the kinds Toolgate serves a health check for.
-var Kinds = []string{"ToolCall", "Tool", tg.KindApprovalProvider, tg.KindClusterApprovalProvider}
+var Kinds = []string{"ToolCall", "Tool", tg.KindApprovalProvider, tg.KindClusterApprovalProvider, tg.KindMCPServer}
 
 // Dir is where the health checks of kind are, from the repository root: health.lua, health_test.yaml
 // and testdata, as in Argo CD's resource_customizations/<group>/<kind>.

@@ -199,7 +199,7 @@ func TestChartValues(t *testing.T) {
 		for _, absent := range []string{"Namespace", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor", "Certificate", "PrometheusRule"} {
 			g.Expect(kinds).NotTo(HaveKey(absent))
 		}
-		g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 4))
+		g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 5))
 		g.Expect(kinds).To(HaveKeyWithValue("ValidatingAdmissionPolicy", 4))
 		g.Expect(r).NotTo(HaveKey("Service " + release + "/toolgate-aap-receiver"))
 		g.Expect(r).NotTo(HaveKey("Deployment " + release + "/toolgate-mcp"))

@@ -105,9 +105,20 @@ var allowedPermissions = map[string]map[string]string{
 		// a 401, never listed, watched or cached.
 		"get secrets":                 "reads the credential a provider object names",
 		"create secrets":              "keeps the credential of an instance it provisioned, in a Secret the provider object owns; it never updates or deletes one",
-		"get configmaps":              "reads the CA bundle a provider object names",
-		"create events.events.k8s.io": "records ToolCall transitions, and changes of Ready of Tools and provider objects, as Events",
-		"patch events.events.k8s.io":  "records repeated Events",
+		"get configmaps":              "reads the CA bundle a provider object or an MCPServer names",
+		"create events.events.k8s.io": "records ToolCall transitions, and changes of Ready of Tools, provider objects and MCPServers, as Events",
+		// The MCPServer controller: it reads MCPServers and writes their status, and generates their
+		// Tools. Writing Tools is no more than creating Jobs, which the manager already may.
+		"get mcpservers.toolgate.dev":               "granted by the marker alongside list",
+		"list mcpservers.toolgate.dev":              "caches MCPServers (the reconcile source)",
+		"watch mcpservers.toolgate.dev":             "caches MCPServers (the reconcile source)",
+		"get mcpservers.toolgate.dev/status":        "granted by the marker; the status arrives with the object",
+		"patch mcpservers.toolgate.dev/status":      "reports whether the MCP server's tools were listed, and which",
+		"update mcpservers.toolgate.dev/finalizers": "its Tools block their MCPServer's deletion (blockOwnerDeletion), which OwnerReferencesPermissionEnforcement checks",
+		"create tools.toolgate.dev":                 "creates the Tool of each tool an MCPServer exposes",
+		"patch tools.toolgate.dev":                  "keeps an MCPServer's Tools in step with the server's tools",
+		"delete tools.toolgate.dev":                 "deletes the Tool of a tool an MCPServer no longer exposes",
+		"patch events.events.k8s.io":                "records repeated Events",
 	},
 	"provider-admin": {
 		"create approvalproviders.toolgate.dev":           "manages the namespace's ApprovalProviders",
@@ -160,6 +171,16 @@ var allowedPermissions = map[string]map[string]string{
 		"list toolcalls.toolgate.dev":         "sees how its Tools are used",
 		"watch toolcalls.toolgate.dev":        "sees how its Tools are used",
 		"get toolcalls.toolgate.dev/status":   "sees how its Tools are used",
+		// An MCPServer generates Tools: managing them is managing Tools.
+		"create mcpservers.toolgate.dev":           "manages MCPServers",
+		"delete mcpservers.toolgate.dev":           "manages MCPServers",
+		"deletecollection mcpservers.toolgate.dev": "manages MCPServers",
+		"get mcpservers.toolgate.dev":              "manages MCPServers",
+		"list mcpservers.toolgate.dev":             "manages MCPServers",
+		"patch mcpservers.toolgate.dev":            "manages MCPServers",
+		"update mcpservers.toolgate.dev":           "manages MCPServers",
+		"watch mcpservers.toolgate.dev":            "manages MCPServers",
+		"get mcpservers.toolgate.dev/status":       "reads whether an MCPServer's tools were listed",
 	},
 }
 
@@ -1049,6 +1070,13 @@ func accessTable(system string) []access {
 		deny("tool-admin", "create", core, "pods", tenant, createPod(tenant)),
 		deny("tool-admin", "get", core, "secrets", tenant, getSecret(tenant)),
 		deny("tool-admin", "create", toolgate, "tools", other, createTool(other)),
+		allow("tool-admin", "create", toolgate, "mcpservers", tenant, createMCPServer(tenant)),
+		allow("tool-admin", "list", toolgate, "mcpservers", tenant, listMCPServers(tenant)),
+		allow("tool-admin", "get", toolgate, "mcpservers/status", tenant, getMCPServerStatus(tenant)),
+		deny("tool-admin", "patch", toolgate, "mcpservers/status", tenant, patchMCPServerStatus(tenant)),
+		deny("agent", "create", toolgate, "mcpservers", tenant, createMCPServer(tenant)),
+		deny("viewer", "list", toolgate, "mcpservers", tenant, listMCPServers(tenant)),
+		deny("provider-admin", "create", toolgate, "mcpservers", tenant, createMCPServer(tenant)),
 
 		// The provider admin: the namespace's ApprovalProviders only.
 		allow("provider-admin", "create", toolgate, "approvalproviders", tenant, createProvider(tenant)),
@@ -1084,10 +1112,15 @@ func accessTable(system string) []access {
 			f.finishedToolCall(other)
 			return c.DeleteAllOf(f.ctx, &tg.ToolCall{}, client.InNamespace(other))
 		}),
-		deny("manager", "create", toolgate, "tools", other, createTool(other)),
+		// The Tools of MCPServers: created, patched and deleted, never updated.
+		allow("manager", "create", toolgate, "tools", other, createTool(other)),
 		deny("manager", "update", toolgate, "tools", other, updateTool(other)),
-		deny("manager", "patch", toolgate, "tools", other, patchTool(other)),
-		deny("manager", "delete", toolgate, "tools", other, deleteTool(other)),
+		allow("manager", "patch", toolgate, "tools", other, patchToolSpec(other)),
+		allow("manager", "delete", toolgate, "tools", other, deleteTool(other)),
+		allow("manager", "list", toolgate, "mcpservers", other, listMCPServers(other)),
+		allow("manager", "watch", toolgate, "mcpservers", other, watchList(&tg.MCPServerList{}, other)),
+		allow("manager", "patch", toolgate, "mcpservers/status", other, patchMCPServerStatus(other)),
+		deny("manager", "create", toolgate, "mcpservers", other, createMCPServer(other)),
 		deny("manager", "delete", batch, "jobs", other, deleteJob(other)),
 		deny("manager", "patch", batch, "jobs", other, patchJob(other)),
 		deny("manager", "create", core, "pods", other, createPod(other)),

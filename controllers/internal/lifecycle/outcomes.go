@@ -58,6 +58,9 @@ const (
 	JobFailed
 	// JobFailedUnexplained: the Job failed without a reason on its condition.
 	JobFailedUnexplained
+	// MCPCallLost: the Job of an MCPServer's Tool failed because mcp-call lost the connection after
+	// sending the call: the tool may have run.
+	MCPCallLost
 	// ImageNeverArrived: the Job failed while its container waited for its image (the Job's failure,
 	// ImageWaiting's Body of the Running message).
 	ImageNeverArrived
@@ -168,11 +171,13 @@ var table = [outcomes]Row{
 
 	JobFailed:            {tg.PhaseFailed, tg.ReasonJobFailed, "The tool's Job failed (%s); status.result holds the tool's last message, if it wrote one.", ""},
 	JobFailedUnexplained: {tg.PhaseFailed, tg.ReasonJobFailed, "The tool's Job failed; status.result holds the tool's last message, if it wrote one.", ""},
-	ImageNeverArrived:    {tg.PhaseFailed, tg.ReasonImageUnavailable, "The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s", ""},
-	JobDeleted:           {tg.PhaseFailed, tg.ReasonJobMissing, "Job %s was deleted before it finished; its outcome is unknown.", ""},
-	JobRefused:           {tg.PhaseFailed, tg.ReasonJobRefused, "The call was approved but the Job was refused by the cluster (%v).", DidNotRun},
-	ApprovedToolMissing:  {tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: %s", DidNotRun},
-	ApprovedToolDeleted:  {tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: Tool %s was deleted.", DidNotRun},
+	MCPCallLost: {tg.PhaseFailed, tg.ReasonToolMayHaveRun, "The call was sent to the MCP server and the connection was lost before its answer: the tool may have run. " +
+		"It was not called again; check the tool's own records before calling it again. status.result holds mcp-call's message.", ""},
+	ImageNeverArrived:   {tg.PhaseFailed, tg.ReasonImageUnavailable, "The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s", ""},
+	JobDeleted:          {tg.PhaseFailed, tg.ReasonJobMissing, "Job %s was deleted before it finished; its outcome is unknown.", ""},
+	JobRefused:          {tg.PhaseFailed, tg.ReasonJobRefused, "The call was approved but the Job was refused by the cluster (%v).", DidNotRun},
+	ApprovedToolMissing: {tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: %s", DidNotRun},
+	ApprovedToolDeleted: {tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: Tool %s was deleted.", DidNotRun},
 	ApprovedToolChanged: {tg.PhaseFailed, tg.ReasonToolChanged, "The call was approved but could not start: %s; the approval covers the accepted version only. " +
 		"Create the ToolCall again to run it with the Tool as it is now.", DidNotRun},
 

@@ -1,4 +1,4 @@
-// Package readiness writes, on the objects whose Ready condition says whether they can be used (Tools,
+// Package readiness writes, on the objects whose Ready condition says whether they can be used (Tools, MCPServers,
 // ApprovalProviders and ClusterApprovalProviders), the conditions kstatus reads besides it:
 // Reconciling and Stalled, derived from what Ready's reason means (its Progress). It also reports a
 // change of Ready as one event. ToolCalls derive theirs from their phase (controllers/toolcall).

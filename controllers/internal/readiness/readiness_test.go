@@ -33,6 +33,11 @@ func object(kind string, p readiness.Progress, reason, message string) statused 
 		readiness.Set(&ap.Status.Conditions, 2, p, reason, message)
 		ap.Status.ObservedGeneration = 2
 		obj = ap
+	case tg.KindMCPServer:
+		ms := &tg.MCPServer{}
+		readiness.Set(&ms.Status.Conditions, 2, p, reason, message)
+		ms.Status.ObservedGeneration = 2
+		obj = ms
 	default:
 		cp := &tg.ClusterApprovalProvider{}
 		readiness.Set(&cp.Status.Conditions, 2, p, reason, message)

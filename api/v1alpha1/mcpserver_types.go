@@ -1,0 +1,205 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KindMCPServer is the kind of an MCP server object, the owner of the Tools it generates.
+const KindMCPServer = "MCPServer"
+
+// LabelMCPServer on a Secret in an MCPServer's namespace names the MCPServer it serves: only such a
+// Secret may give an MCPServer a request header or a CA bundle (consent, as for provider objects).
+// On a Tool, it names the MCPServer that generated it.
+const LabelMCPServer = "toolgate.dev/mcp-server"
+
+// DefaultMCPRefreshInterval is how often an MCPServer's tools are listed again when
+// spec.refreshInterval is not set.
+const DefaultMCPRefreshInterval = "5m"
+
+// MCPServerSpec is a streamable HTTP MCP server whose tools become Tools of this namespace, and what
+// those Tools carry. Whoever may write MCPServers decides which tools agents may ask to run and the
+// image that runs them, as whoever may write Tools does.
+// +kubebuilder:validation:XValidation:rule="self.url.startsWith('https://') || (self.url.startsWith('http://') && has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true, for a development server"
+// +kubebuilder:validation:XValidation:rule="!(has(self.caBundle) && has(self.caBundleRef))",message="set at most one of spec.caBundle or spec.caBundleRef"
+type MCPServerSpec struct {
+	// url is the server's streamable HTTP endpoint, such as https://mcp.example.com/mcp. It must be
+	// https:// unless allowInsecureHTTP is true.
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@]+(/[^#]*)?$')",message="spec.url must be an absolute http(s) URL without user information or fragment, such as https://mcp.example.com/mcp"
+	// +required
+	URL string `json:"url"`
+
+	// allowInsecureHTTP accepts an http:// url. Arguments, results and the request headers then cross
+	// the network in the clear: only for a development server inside the cluster.
+	// +optional
+	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
+
+	// caBundle is a PEM bundle of the CAs to trust for the server instead of the system pool.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+
+	// caBundleRef is a ConfigMap key, or the key of a Secret labelled toolgate.dev/mcp-server with this
+	// object's name, holding that PEM bundle instead of caBundle, in this namespace.
+	// +optional
+	CABundleRef *CABundleRef `json:"caBundleRef,omitempty"`
+
+	// headers are request headers sent to the server on every request (discovery and calls), such as
+	// Authorization. Each value is read from a Secret of this namespace that consents to serve this
+	// object: it carries the label toolgate.dev/mcp-server with this object's name. The calls' Jobs
+	// read it from the Secret (secretKeyRef): the value is never copied into a Tool.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Headers []MCPHeader `json:"headers,omitempty"`
+
+	// tools are the names of the server's tools to expose as Tools, or globs over them ("*" any run
+	// of characters, "?" one character, "[...]" a class, as Go's path.Match). Empty (the default):
+	// none, so that a platform team opts in to each tool; ["*"] exposes every tool.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +optional
+	Tools []string `json:"tools,omitempty"`
+
+	// toolTemplate is what every Tool generated from this server carries besides its name, schema,
+	// description and annotations.
+	// +optional
+	ToolTemplate MCPToolTemplate `json:"toolTemplate,omitempty"`
+
+	// executorImage is the image of Toolgate's MCP executor (mcp-call) that each approved call's Job
+	// runs: it calls the one tool once with the approved arguments and writes the tool's result.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +required
+	ExecutorImage string `json:"executorImage"`
+
+	// refreshInterval is how often the server's tools are listed again; a tool whose schema changed
+	// changes its Tool, and one that disappeared deletes it. The server's
+	// notifications/tools/list_changed is not followed: the next listing sees the change.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.refreshInterval must be a duration of at least 1s such as 30s or 5m"
+	// +kubebuilder:default="5m"
+	// +optional
+	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
+}
+
+// MCPHeader is one request header whose value a consenting Secret holds.
+type MCPHeader struct {
+	// name is the header's name, such as Authorization. The headers the MCP transport sets itself
+	// (Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, Host,
+	// Content-Length) cannot be set.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9!#$%&\\'*+.^_`|~-]+$')",message="spec.headers[].name must be an HTTP header name (letters, digits and !#$%&'*+.^_`|~-), such as Authorization"
+	// +kubebuilder:validation:XValidation:rule="!(self.lowerAscii() in ['content-type', 'accept', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id', 'host', 'content-length', 'transfer-encoding', 'connection'])",message="spec.headers[].name names a header the MCP transport sets itself; use another header"
+	// +required
+	Name string `json:"name"`
+	// secretKeyRef is the key of a Secret in this namespace, labelled toolgate.dev/mcp-server with
+	// this object's name, holding the header's value.
+	// +required
+	SecretKeyRef SecretKeyRef `json:"secretKeyRef"`
+}
+
+// MCPToolTemplate is what the Tools generated from an MCPServer carry.
+type MCPToolTemplate struct {
+	// executionTimeout is each generated Tool's spec.executionTimeout.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="spec.toolTemplate.executionTimeout must be a positive duration such as 90s, 5m or 1h30m"
+	// +kubebuilder:default="5m"
+	// +optional
+	ExecutionTimeout *metav1.Duration `json:"executionTimeout,omitempty"`
+
+	// approval is each generated Tool's spec.approval (its rules see the call's arguments and
+	// requester). Without it a human decides every call.
+	// +optional
+	Approval *ApprovalPolicy `json:"approval,omitempty"`
+
+	// providerRef is each generated Tool's spec.providerRef.
+	// +optional
+	ProviderRef *ProviderRef `json:"providerRef,omitempty"`
+
+	// finishedCallTTL is each generated Tool's spec.finishedCallTTL.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && (duration(self) == duration('0s') || duration(self) >= duration('1m'))",message="spec.toolTemplate.finishedCallTTL must be 0s (keep finished calls forever) or a duration of at least 1m such as 24h or 720h"
+	// +optional
+	FinishedCallTTL *metav1.Duration `json:"finishedCallTTL,omitempty"`
+}
+
+// MCPDiscoveredTool is one tool of the server that spec.tools exposes.
+type MCPDiscoveredTool struct {
+	// name is the tool's name at the server.
+	Name string `json:"name"`
+	// toolName is the generated Tool's spec.toolName: <MCPServer name>__<name>. Empty when the tool
+	// has no Tool (message says why).
+	// +optional
+	ToolName string `json:"toolName,omitempty"`
+	// tool is the generated Tool's metadata.name.
+	// +optional
+	Tool string `json:"tool,omitempty"`
+	// schemaHash is the first 16 hex digits of the SHA-256 of the tool's inputSchema (as canonical
+	// JSON, keys sorted): a change of it changes the Tool, which withdraws the calls waiting on it.
+	// +optional
+	SchemaHash string `json:"schemaHash,omitempty"`
+	// message says why the tool has no Tool, when it has none.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// MCPServerStatus is what the manager last found out about the server.
+type MCPServerStatus struct {
+	// observedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready is True when the server's tools were listed with this generation's settings
+	// and every exposed tool has its Tool. kstatus's Reconciling is True while the manager retries a
+	// server it could not list, and Stalled on a settings error only a change fixes (a missing header
+	// Secret, an invalid CA bundle, a Tool name taken by a Tool this object does not own).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// tools are the server's tools that spec.tools exposes, as last listed, sorted by name.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Tools []MCPDiscoveredTool `json:"tools,omitempty"`
+}
+
+// MCPServer is a streamable HTTP MCP server whose tools (those spec.tools exposes) the manager turns
+// into Tools of this namespace: an agent's call to one is put to a human like any other, and an
+// approved call runs once, as a Job that calls that tool with exactly the approved arguments.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mcps,categories=toolgate
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="an MCPServer's name is at most 63 characters: it begins the toolName of every Tool it generates (<name>__<tool>)"
+type MCPServer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec MCPServerSpec `json:"spec"`
+	// An object the manager has not checked yet reads with status.observedGeneration 0, older than
+	// its generation: kstatus reports it InProgress from its creation, not Current.
+	// +kubebuilder:default={observedGeneration: 0}
+	// +optional
+	Status MCPServerStatus `json:"status,omitempty"`
+}
+
+// MCPServerList is a list of MCPServers.
+// +kubebuilder:object:root=true
+type MCPServerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MCPServer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MCPServer{}, &MCPServerList{})
+}

@@ -1,0 +1,150 @@
+// Package mcpclient connects to a streamable HTTP MCP server with the MCP Go SDK's client, for the
+// MCPServer controller (which lists the server's tools) and the mcp-call executor (which calls one).
+// The session it opens has no standalone SSE stream and never reconnects: a stream that breaks ends
+// the request that was waiting on it, so that a call is never sent twice.
+package mcpclient
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Header is one request header sent on every request to the server.
+type Header struct{ Name, Value string }
+
+// Config is where the server is and how to reach it.
+type Config struct {
+	// URL is the server's streamable HTTP endpoint.
+	URL string
+	// AllowInsecureHTTP accepts an http:// URL.
+	AllowInsecureHTTP bool
+	// CABundle is a PEM bundle of the CAs to trust instead of the system pool (nil: the system pool).
+	CABundle []byte
+	// Headers are sent on every request.
+	Headers []Header
+	// Version is the client's version sent in initialize.
+	Version string
+}
+
+// Validate says what is wrong with c's URL, naming the fix.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.URL)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		return fmt.Errorf("the server URL %q is not an absolute http(s) URL such as https://mcp.example.com/mcp", c.URL)
+	case u.Scheme == "http" && !c.AllowInsecureHTTP:
+		return fmt.Errorf("the server URL %q is http://: use https://, or allow insecure HTTP for a development server", c.URL)
+	}
+	return nil
+}
+
+// HTTPClient is the HTTP client that reaches the server: the CA bundle's pool (or the system's), the
+// headers added to every request, no redirects (a redirect would carry the headers elsewhere).
+func (c Config) HTTPClient() (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if len(c.CABundle) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(c.CABundle) {
+			return nil, errors.New("the CA bundle holds no PEM certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{
+		Transport: &headerTransport{base: tr, headers: c.Headers},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}, nil
+}
+
+// Connect opens a session with the server (initialize). Close it when done.
+func Connect(ctx context.Context, c Config) (*mcp.ClientSession, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	hc, err := c.HTTPClient()
+	if err != nil {
+		return nil, err
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: c.Version}, nil)
+	transport := &mcp.StreamableClientTransport{
+		Endpoint:             c.URL,
+		HTTPClient:           hc,
+		MaxRetries:           -1,
+		DisableStandaloneSSE: true,
+	}
+	return client.Connect(ctx, transport, nil)
+}
+
+// MaxTools bounds how many tools ListTools reads from one server.
+const MaxTools = 2000
+
+// ListTools lists every tool of the server, following tools/list's pagination.
+func ListTools(ctx context.Context, s *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("tools/list: %w", err)
+		}
+		if len(tools) == MaxTools {
+			return nil, fmt.Errorf("tools/list: the server lists more than %d tools", MaxTools)
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
+}
+
+// Discover connects, lists the server's tools and closes the session, within timeout.
+func Discover(ctx context.Context, c Config, timeout time.Duration) ([]*mcp.Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := Connect(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", c.URL, err)
+	}
+	defer func() { _ = s.Close() }()
+	return ListTools(ctx, s)
+}
+
+type headerTransport struct {
+	base    http.RoundTripper
+	headers []Header
+}
+
+func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if len(t.headers) > 0 {
+		req = req.Clone(req.Context())
+		for _, h := range t.headers {
+			req.Header.Set(h.Name, strings.TrimSpace(h.Value))
+		}
+	}
+	return t.base.RoundTrip(req)
+}
+
+// The env of a generated Tool's Job, which the mcp-call executor reads (besides TOOL_ARGUMENTS).
+const (
+	// EnvURL is the server's streamable HTTP endpoint.
+	EnvURL = "MCP_SERVER_URL"
+	// EnvTool is the tool's name at the server.
+	EnvTool = "MCP_TOOL"
+	// EnvAllowInsecureHTTP is "true" to accept an http:// URL.
+	EnvAllowInsecureHTTP = "MCP_ALLOW_INSECURE_HTTP"
+	// EnvCABundle is a PEM bundle of the CAs to trust instead of the system pool.
+	EnvCABundle = "MCP_CA_BUNDLE"
+)
+
+// EnvHeaderName is the env holding the name of request header i (0, 1, ...); EnvHeaderValue holds
+// its value (from a Secret).
+func EnvHeaderName(i int) string { return fmt.Sprintf("MCP_HEADER_%d_NAME", i) }
+
+// EnvHeaderValue is the env holding the value of request header i.
+func EnvHeaderValue(i int) string { return fmt.Sprintf("MCP_HEADER_%d_VALUE", i) }

@@ -1,0 +1,82 @@
+package apivalidation_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+)
+
+// What MCPServer accepts and refuses, each refusal naming the field and the fix, and its defaults.
+func TestMCPServerValidation(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*tg.MCPServer)
+		field  string // "" when accepted
+		text   string
+	}{
+		{name: "https with a path", mutate: func(*tg.MCPServer) {}},
+		{name: "http for a development server", mutate: func(s *tg.MCPServer) {
+			s.Spec.URL, s.Spec.AllowInsecureHTTP = "http://everything.mcp.svc:3001/mcp", true
+		}},
+		{name: "http without allowInsecureHTTP", mutate: func(s *tg.MCPServer) { s.Spec.URL = "http://mcp.example.com/mcp" },
+			field: "spec", text: "spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true"},
+		{name: "not a URL", mutate: func(s *tg.MCPServer) { s.Spec.URL = "mcp.example.com/mcp" },
+			field: "spec.url", text: "spec.url must be an absolute http(s) URL"},
+		{name: "user information", mutate: func(s *tg.MCPServer) { s.Spec.URL = "https://user:pw@mcp.example.com/mcp" },
+			field: "spec.url", text: "without user information or fragment"},
+		{name: "both CA fields", mutate: func(s *tg.MCPServer) {
+			s.Spec.CABundle = []byte("pem")
+			s.Spec.CABundleRef = &tg.CABundleRef{Kind: "ConfigMap", Name: "ca"}
+		}, field: "spec", text: "set at most one of spec.caBundle or spec.caBundleRef"},
+		{name: "a header from a Secret", mutate: func(s *tg.MCPServer) {
+			s.Spec.Headers = []tg.MCPHeader{{Name: "Authorization", SecretKeyRef: tg.SecretKeyRef{Name: "token"}}}
+		}},
+		{name: "a header the transport sets", mutate: func(s *tg.MCPServer) {
+			s.Spec.Headers = []tg.MCPHeader{{Name: "Mcp-Session-Id", SecretKeyRef: tg.SecretKeyRef{Name: "token"}}}
+		}, field: "spec.headers[0].name", text: "names a header the MCP transport sets itself"},
+		{name: "a header name with a space", mutate: func(s *tg.MCPServer) {
+			s.Spec.Headers = []tg.MCPHeader{{Name: "X Team", SecretKeyRef: tg.SecretKeyRef{Name: "token"}}}
+		}, field: "spec.headers[0].name", text: "spec.headers[].name must be an HTTP header name"},
+		{name: "no executor image", mutate: func(s *tg.MCPServer) { s.Spec.ExecutorImage = "" },
+			field: "spec.executorImage", text: "should be at least 1 chars long"},
+		{name: "a refresh interval below 1s", mutate: func(s *tg.MCPServer) { s.Spec.RefreshInterval = &metav1.Duration{Duration: time.Millisecond} },
+			field: "spec.refreshInterval", text: "spec.refreshInterval must be a duration of at least 1s"},
+		{name: "a zero execution timeout", mutate: func(s *tg.MCPServer) {
+			s.Spec.ToolTemplate.ExecutionTimeout = &metav1.Duration{}
+		}, field: "spec.toolTemplate.executionTimeout", text: "spec.toolTemplate.executionTimeout must be a positive duration"},
+		{name: "a name too long for the toolNames", mutate: func(s *tg.MCPServer) { s.Name = strings.Repeat("m", 64) },
+			field: "<nil>", text: "an MCPServer's name is at most 63 characters"},
+	}
+	ns := newNamespace(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s := &tg.MCPServer{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: ns}, Spec: tg.MCPServerSpec{
+				URL: "https://mcp.example.com/mcp", ExecutorImage: "mcp-call:v0.1.0", Tools: []string{"echo", "get-*"},
+			}}
+			tc.mutate(s)
+			err := k8s.Create(context.Background(), s)
+			if tc.field == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(s.Spec.RefreshInterval.Duration).To(Equal(5*time.Minute), "refreshInterval defaults to 5m")
+				g.Expect(s.Spec.ToolTemplate.ExecutionTimeout.Duration).To(Equal(5*time.Minute), "executionTimeout defaults to 5m")
+				for _, h := range s.Spec.Headers {
+					g.Expect(h.SecretKeyRef.Key).To(Equal("token"))
+				}
+				return
+			}
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(tc.text))
+			if tc.field != "<nil>" {
+				expectRefused(g, err, tc.field, tc.text)
+			}
+		})
+	}
+}
