@@ -43,7 +43,13 @@ func TestQuickStart(t *testing.T) {
 	blocks := quickStartBlocks(string(doc))
 	g.Expect(len(blocks)).To(BeNumerically(">", 8))
 
-	work := t.TempDir() // the reader's working directory for the files the page writes
+	work := t.TempDir()
+	// The page's commands run from the checkout, where it writes the credentials (git ignores them).
+	t.Cleanup(func() {
+		for _, f := range []string{"provider-credential", "provider-admin-credential"} {
+			_ = os.Remove(filepath.Join(root, f))
+		}
+	})
 	state := filepath.Join(work, ".env")
 	g.Expect(os.WriteFile(state, []byte(fmt.Sprintf("export IMAGE_PREFIX=localhost/toolgate/ TAG=dev PATH=%s:%s\n",
 		filepath.Join(root, "bin"), os.Getenv("PATH"))), 0o600)).To(Succeed())
