@@ -274,8 +274,7 @@ func TestMCPServerFollowsTheServersTools(t *testing.T) {
 	}
 	server.AddTool(&mcp.Tool{Name: "lookup", Description: "Looks an entry up", InputSchema: schema("id")}, handler)
 	server.AddTool(&mcp.Tool{Name: "delete_entry", InputSchema: schema("id")}, handler)
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
-	t.Cleanup(hs.Close)
+	hs := serveMCP(t, server)
 	srv := &tg.MCPServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: h.NS},
 		Spec: tg.MCPServerSpec{URL: hs.URL, AllowInsecureHTTP: true, Tools: []string{"*"}, ExecutorImage: "mcp-call:test",
@@ -412,8 +411,7 @@ func BenchmarkMCPServerDiscovery100Tools(b *testing.B) {
 				return &mcp.CallToolResult{}, nil
 			})
 	}
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
-	b.Cleanup(hs.Close)
+	hs := serveMCP(b, server)
 	var toReady, listing time.Duration
 	b.ResetTimer()
 	for i := range b.N {
@@ -436,4 +434,46 @@ func BenchmarkMCPServerDiscovery100Tools(b *testing.B) {
 	}
 	b.ReportMetric(float64(toReady.Milliseconds())/float64(b.N), "ms-create-to-ready")
 	b.ReportMetric(float64(listing.Microseconds())/1000/float64(b.N), "ms-list-100-tools")
+}
+
+// Between the periodic listings (here an hour apart), the manager hears the server's
+// notifications/tools/list_changed on the session it keeps open, and lists the tools at once: a tool
+// the server adds gets its Tool, and one it removes loses it, within seconds.
+func TestMCPServerListsAgainWhenTheServerSaysItsToolsChanged(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	ctx := context.Background()
+	server := mcp.NewServer(&mcp.Implementation{Name: "ledger", Version: "v1"}, nil)
+	handler := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+	}
+	schema := map[string]any{"type": "object", "properties": map[string]any{"id": map[string]any{"type": "string"}}}
+	server.AddTool(&mcp.Tool{Name: "lookup", InputSchema: schema}, handler)
+	hs := serveMCP(t, server)
+	srv := &tg.MCPServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: h.NS},
+		Spec: tg.MCPServerSpec{URL: hs.URL, AllowInsecureHTTP: true, Tools: []string{"*"}, ExecutorImage: "mcp-call:test",
+			RefreshInterval: &metav1.Duration{Duration: time.Hour}},
+	}
+	g.Expect(h.K8s.Create(ctx, srv)).To(Succeed())
+	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).Should(Equal([]string{"ledger--lookup"}))
+
+	server.AddTool(&mcp.Tool{Name: "archive", InputSchema: schema}, handler)
+	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).WithTimeout(15 * time.Second).
+		Should(Equal([]string{"ledger--archive", "ledger--lookup"}), "listed again on notifications/tools/list_changed, not an hour later")
+	server.RemoveTools("lookup")
+	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).WithTimeout(15 * time.Second).
+		Should(Equal([]string{"ledger--archive"}))
+}
+
+// serveMCP serves server over streamable HTTP on a loopback socket until the test ends. The manager
+// keeps a session open with every server it lists (controllers/mcpserver/listen.go), so the end
+// closes the connections rather than waiting for them.
+func serveMCP(tb testing.TB, server *mcp.Server) *httptest.Server {
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	tb.Cleanup(func() {
+		_ = hs.Listener.Close()
+		hs.CloseClientConnections()
+	})
+	return hs
 }

@@ -77,8 +77,8 @@ type MCPServerSpec struct {
 	ExecutorImage string `json:"executorImage"`
 
 	// refreshInterval is how often the server's tools are listed again; a tool whose schema changed
-	// changes its Tool, and one that disappeared deletes it. The server's
-	// notifications/tools/list_changed is not followed: the next listing sees the change.
+	// changes its Tool, and one that disappeared deletes it. The tools are also listed again as soon
+	// as the server sends notifications/tools/list_changed on the session the manager keeps open.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.refreshInterval must be a duration of at least 1s such as 30s or 5m"
 	// +kubebuilder:default="5m"

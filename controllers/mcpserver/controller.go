@@ -25,7 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
@@ -45,6 +47,8 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Recorder emits the event of a change of Ready.
 	Recorder events.EventRecorder
+
+	listeners *listeners // set by SetupWithManager (listen.go)
 }
 
 // +kubebuilder:rbac:groups=toolgate.dev,resources=mcpservers,verbs=get;list;watch
@@ -61,9 +65,13 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	srv := &tg.MCPServer{}
 	if err := r.Get(ctx, req.NamespacedName, srv); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.listeners.stop(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !srv.DeletionTimestamp.IsZero() {
+		r.listeners.stop(req.NamespacedName)
 		return ctrl.Result{}, nil // its Tools go with it (ownerReferences)
 	}
 	orig := srv.Status.DeepCopy()
@@ -105,6 +113,7 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 		return readiness.Retrying, tg.ReasonServerUnreachable,
 			fmt.Sprintf("Listing the tools of %s failed: %v. The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, err), nil
 	}
+	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg)
 	entries, conflicts, err := r.syncTools(ctx, srv, tools, conn)
 	if err != nil {
 		return "", "", "", err
@@ -311,11 +320,17 @@ func truncate(message string) string {
 }
 
 // SetupWithManager registers the MCPServer controller: creation, deletion and spec changes of
-// MCPServers, and changes to the Tools they own (someone edited or deleted one), trigger it.
+// MCPServers, changes to the Tools they own (someone edited or deleted one), and a server's
+// notifications/tools/list_changed (listen.go) trigger it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.listeners = newListeners(mgr.GetLogger().WithName("mcpserver-listeners"))
+	if err := mgr.Add(r.listeners); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.MCPServer{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&tg.Tool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.listeners.events, &handler.EnqueueRequestForObject{})).
 		Named("mcpserver").
 		// A server that does not answer holds its worker for up to DiscoveryTimeout: the others go on.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).

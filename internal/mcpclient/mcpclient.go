@@ -85,6 +85,23 @@ func Connect(ctx context.Context, c Config) (*mcp.ClientSession, error) {
 	return client.Connect(ctx, transport, nil)
 }
 
+// Listen opens a session that stays open to hear the server: toolsChanged is called on each
+// notifications/tools/list_changed it sends (over the standalone SSE stream the transport keeps
+// open). Wait on the session to learn when it ends; close it to stop.
+func Listen(ctx context.Context, c Config, toolsChanged func()) (*mcp.ClientSession, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	hc, err := c.HTTPClient()
+	if err != nil {
+		return nil, err
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: c.Version}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { toolsChanged() },
+	})
+	return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc}, nil)
+}
+
 // MaxTools bounds how many tools ListTools reads from one server.
 const MaxTools = 2000
 
