@@ -459,7 +459,7 @@ func TestMCPServerListsAgainWhenTheServerSaysItsToolsChanged(t *testing.T) {
 	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).Should(Equal([]string{"ledger--lookup"}))
 
 	server.AddTool(&mcp.Tool{Name: "archive", InputSchema: schema}, handler)
-	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).WithTimeout(15 * time.Second).
+	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).WithTimeout(15*time.Second).
 		Should(Equal([]string{"ledger--archive", "ledger--lookup"}), "listed again on notifications/tools/list_changed, not an hour later")
 	server.RemoveTools("lookup")
 	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "ledger") }).WithTimeout(15 * time.Second).

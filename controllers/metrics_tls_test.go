@@ -44,7 +44,7 @@ func TestMetricsCertificateIsVerifiable(t *testing.T) {
 				g.Eventually(scrape).WithTimeout(30*time.Second).Should(Equal(http.StatusUnauthorized), "verified, then refused without a token")
 				return
 			}
-			g.Eventually(func() error { _, err := scrape(); return err }).WithTimeout(30 * time.Second).Should(
+			g.Eventually(func() error { _, err := scrape(); return err }).WithTimeout(30*time.Second).Should(
 				MatchError(ContainSubstring("certificate signed by unknown authority")), "the self-signed certificate is not the CA's")
 		})
 	}

@@ -44,10 +44,10 @@ func TestCommandServesProbesAndMetrics(t *testing.T) {
 			return resp.StatusCode, nil
 		}
 	}
-	g.Eventually(status("http://"+probeAddr+"/readyz")).WithTimeout(30 * time.Second).Should(Equal(http.StatusOK))
+	g.Eventually(status("http://" + probeAddr + "/readyz")).WithTimeout(30 * time.Second).Should(Equal(http.StatusOK))
 	g.Expect(status("http://" + probeAddr + "/healthz")()).To(Equal(http.StatusOK))
 	g.Expect(status("http://" + probeAddr + "/readyz/tools")()).To(Equal(http.StatusOK))
-	g.Expect(status("http://" + listen + "/readyz")()).NotTo(Equal(http.StatusOK), "the MCP endpoint serves no probes")
+	g.Expect(status("http://"+listen+"/readyz")()).NotTo(Equal(http.StatusOK), "the MCP endpoint serves no probes")
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(scrape(g, metricsAddr, "toolgate_mcp_tools", "")).To(Equal(1.0), "the refund Tool")
