@@ -85,7 +85,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !equality.Semantic.DeepEqual(*orig, srv.Status) {
 		base := srv.DeepCopy()
 		base.Status = *orig
-		if err := r.Status().Patch(ctx, srv, client.MergeFrom(base)); err != nil {
+		// Against the resourceVersion read: a reconcile that started from a cached copy older than
+		// the last status written (a listing the server's notification asked for right after
+		// another) must not report that change of Ready a second time. It reads again instead.
+		if err := r.Status().Patch(ctx, srv, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		readiness.Report(r.Recorder, srv, orig.Conditions, srv.Status.Conditions, progress)
@@ -318,6 +324,10 @@ func truncate(message string) string {
 	}
 	return message
 }
+
+// conflictRetry is how soon a reconcile whose status write met a newer MCPServer runs again: its
+// cache has the newer copy by then, or the watch event of it requeues it anyway.
+const conflictRetry = 100 * time.Millisecond
 
 // SetupWithManager registers the MCPServer controller: creation, deletion and spec changes of
 // MCPServers, changes to the Tools they own (someone edited or deleted one), and a server's
