@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -44,17 +43,9 @@ type agent struct {
 // tsSDKDir is where hack/install-test-deps.sh installs the pinned TypeScript MCP SDK.
 func tsSDKDir(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("TOOLGATE_NPM_DIR")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = filepath.Join(home, ".cache", "toolgate", "npm")
-	}
-	dir := filepath.Join(base, "mcpagent")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-		msg := fmt.Sprintf("the TypeScript MCP SDK is not installed in %s (%v): run hack/install-test-deps.sh (needs Node 20 and npm)", dir, err)
+	dir, err := testenv.NPMPackageDir("mcpagent", filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json"))
+	if err != nil {
+		msg := "the TypeScript MCP SDK: " + err.Error()
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}

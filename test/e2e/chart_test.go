@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/test/testenv"
 )
 
 // The chart, as a platform team runs it: hack/cluster.sh installed the release toolgate with the
@@ -267,15 +268,8 @@ func (a *tsAgent) lines() []string {
 // startTSAgent connects the TypeScript SDK client to url with token and starts a call of tool.
 func startTSAgent(t *testing.T, g Gomega, url, tool, args, token string) *tsAgent {
 	t.Helper()
-	base := os.Getenv("TOOLGATE_NPM_DIR")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		g.Expect(err).NotTo(HaveOccurred())
-		base = filepath.Join(home, ".cache", "toolgate", "npm")
-	}
-	sdk := filepath.Join(base, "mcpagent")
-	_, err := os.Stat(filepath.Join(sdk, "node_modules", "@modelcontextprotocol", "sdk", "package.json"))
-	g.Expect(err).NotTo(HaveOccurred(), "the TypeScript MCP SDK: run hack/install-test-deps.sh")
+	sdk, err := testenv.NPMPackageDir("mcpagent", filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json"))
+	g.Expect(err).NotTo(HaveOccurred(), "the TypeScript MCP SDK")
 	cmd := exec.Command("node", filepath.Join("..", "mcpagent", "ts", "agent.cjs"), url, tool, args)
 	cmd.Env = append(os.Environ(), "TOOLGATE_MCP_SDK_DIR="+sdk, "TOOLGATE_MCP_TOKEN="+token)
 	stdout, err := cmd.StdoutPipe()

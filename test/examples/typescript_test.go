@@ -2,7 +2,6 @@ package examples
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,17 +20,9 @@ import (
 // test/mcpagent/ts pins, which TestTypeScriptExamplePinsTheTestedSDK checks is the example's.
 func sdkDir(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("TOOLGATE_NPM_DIR")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = filepath.Join(home, ".cache", "toolgate", "npm")
-	}
-	dir := filepath.Join(base, "mcpagent")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-		missing(t, fmt.Sprintf("the TypeScript MCP SDK is not installed in %s (%v): run hack/install-test-deps.sh (needs Node 20 and npm)", dir, err))
+	dir, err := testenv.NPMPackageDir("mcpagent", filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json"))
+	if err != nil {
+		missing(t, "the TypeScript MCP SDK: "+err.Error())
 	}
 	return dir
 }

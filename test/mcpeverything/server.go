@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"toolgate.dev/toolgate/test/testenv"
 )
 
 // Server is one running server-everything.
@@ -34,17 +36,9 @@ type Server struct {
 // is not installed.
 func Dir(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("TOOLGATE_NPM_DIR")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = filepath.Join(home, ".cache", "toolgate", "npm")
-	}
-	dir := filepath.Join(base, "mcpeverything")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
-		msg := fmt.Sprintf("the reference MCP server is not installed in %s (%v): run hack/install-test-deps.sh (needs Node 20 and npm)", dir, err)
+	dir, err := testenv.NPMPackageDir("mcpeverything", filepath.Join("node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
+	if err != nil {
+		msg := "the reference MCP server: " + err.Error()
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
