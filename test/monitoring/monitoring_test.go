@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"toolgate.dev/toolgate/test/metricnames"
+	"toolgate.dev/toolgate/test/testenv"
 )
 
 const (
@@ -254,18 +255,9 @@ func alertNames(t *testing.T) []string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
+	return root
 }
