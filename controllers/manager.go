@@ -70,6 +70,9 @@ type Options struct {
 	// tls.key).
 	ReceiverBindAddress string
 	ReceiverCertDir     string
+	// MCP bounds what the MCPServer controller reads from MCP servers and how often it lists one
+	// (zero fields: mcpserver's defaults).
+	MCP mcpserver.Options
 }
 
 // DefaultOptions are the manager's defaults, the one place they are set: the manager's flags start
@@ -228,6 +231,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Tools:                   tools,
 		GoneNamespace:           cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace),
 		Namespaces:              o.Namespaces,
+		ExecutionKey: &toolcall.ExecutionKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace)},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
@@ -236,7 +241,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
-	mc := &mcpserver.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller")}
+	mc := &mcpserver.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Options: o.MCP}
 	if err := mc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MCPServer controller: %w", err)
 	}

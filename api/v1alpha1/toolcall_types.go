@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // MaxArgumentsBytes is the largest serialized spec.arguments a ToolCall may carry.
@@ -171,6 +172,10 @@ type ToolCallStatus struct {
 	// jobName is the Job executing the tool. Its existence is the record that the tool was started.
 	// +optional
 	JobName string `json:"jobName,omitempty"`
+	// jobUID is the UID of that Job, recorded once the manager created it (or found the Job it had
+	// created): a Job later found under jobName with another UID was put there by someone else.
+	// +optional
+	JobUID types.UID `json:"jobUID,omitempty"`
 	// result is the Job's termination message (at most 4 KiB).
 	// +optional
 	Result string `json:"result,omitempty"`

@@ -67,6 +67,9 @@ type Reconciler struct {
 	FinishedCallTTL time.Duration
 	// MaxConcurrentReconciles is the number of workers.
 	MaxConcurrentReconciles int
+	// ExecutionKey signs the Jobs the manager creates and tells them from Jobs others created
+	// (execproof.go).
+	ExecutionKey *ExecutionKey
 
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
@@ -268,7 +271,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
-		Watches(&tg.ToolCall{}, r.holdGone()).
+		WatchesRawSource(r.removalsWatch(mgr.GetCache())).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToToolCall(mgr.GetClient())), builder.WithPredicates(imageWaitChanged())).
 		// A Tool's creation, deletion or new generation (not its status writes) reaches the calls that

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,7 +28,8 @@ import (
 // startJob starts the approved call: the Job's existence is the record that the tool ran, so an
 // existing Job is never re-created and its call is never reported as not run, and a new one is created
 // only if the approval is still valid at that instant. The create itself finds an existing Job
-// (AlreadyExists); the Job is looked up only before saying that the call did not run.
+// (AlreadyExists), which counts as the call's only if the manager created it (its execution proof,
+// execproof.go): a Job someone else created first under the call's name ends the call without running.
 func (r *Reconciler) startJob(ctx context.Context, sc *scope) (ctrl.Result, error) {
 	tc := sc.tc
 	name := JobName(tc)
@@ -39,9 +41,27 @@ func (r *Reconciler) startJob(ctx context.Context, sc *scope) (ctrl.Result, erro
 		_, err := r.endWithoutRunning(ctx, sc, stop)
 		return ctrl.Result{}, err
 	}
+	if err := r.ExecutionKey.Sign(ctx, job, tc); err != nil {
+		return ctrl.Result{}, err
+	}
 	switch err := r.Create(ctx, job); {
-	case err == nil, apierrors.IsAlreadyExists(err):
-		markRunning(tc, name)
+	case err == nil:
+		markRunning(tc, job)
+		return ctrl.Result{}, nil
+	case apierrors.IsAlreadyExists(err):
+		found, ours, err := r.findJob(ctx, tc)
+		switch {
+		case err != nil:
+			return ctrl.Result{}, err
+		case found == nil:
+			// Deleted since the create found it: the next attempt creates it.
+			return ctrl.Result{}, fmt.Errorf("job %s existed and is gone; creating it again", name)
+		case ours:
+			markRunning(tc, found)
+		default:
+			r.emit(tc, found, lifecycle.ForeignJobFound, name, tc.Namespace)
+			setStatus(tc, lifecycle.ForeignJobBeforeStart.Status(name))
+		}
 		return ctrl.Result{}, nil
 	case apierrors.IsInvalid(err):
 		setStatus(tc, lifecycle.JobRefused.Status(apierrors.ReasonForError(err)))
@@ -103,47 +123,49 @@ func (r *Reconciler) approvedJob(ctx context.Context, sc *scope) (*batchv1.Job, 
 	return buildJob(tc, tool, r.Timing.ActiveDeadline(w, now)), nil, nil
 }
 
-// jobExists says whether the ToolCall's Job was created: from the cache if it holds the Job, else
-// from the apiserver (a cache that has not seen it yet proves nothing).
-func (r *Reconciler) jobExists(ctx context.Context, namespace, name string) (bool, error) {
-	key := types.NamespacedName{Namespace: namespace, Name: name}
-	if err := r.Get(ctx, key, &batchv1.Job{}); err == nil {
-		return true, nil
+// findJob returns the Job under the ToolCall's Job name, or nil when there is none, and whether the
+// manager created it for this call (execproof.go). It reads the cache if it holds the Job, else the
+// apiserver (a cache that has not seen it yet proves nothing).
+func (r *Reconciler) findJob(ctx context.Context, tc *tg.ToolCall) (job *batchv1.Job, ours bool, err error) {
+	key := types.NamespacedName{Namespace: tc.Namespace, Name: JobName(tc)}
+	job = &batchv1.Job{}
+	if err := r.Get(ctx, key, job); err != nil {
+		switch err := r.APIReader.Get(ctx, key, job); {
+		case apierrors.IsNotFound(err):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, fmt.Errorf("reading Job %s: %w", key.Name, err)
+		}
 	}
-	err := r.APIReader.Get(ctx, key, &batchv1.Job{})
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err):
-		return false, nil
-	default:
-		return false, fmt.Errorf("reading Job %s: %w", name, err)
-	}
+	ours, err = r.ExecutionKey.Created(ctx, job, tc)
+	return job, ours, err
 }
 
 // endWithoutRunning records st, the status of a call that did not run, unless the call's Job exists:
 // the Job is the record that the tool ran (started by a reconcile whose status write was lost), so
-// the call is marked Running instead. It reports whether st was recorded. The steps that end a call
-// an earlier reconcile may have started go through it: the run gate, a rejected acceptance record,
-// the give-up at the waiting limit and the withdrawal for a changed Tool.
+// the call is marked Running instead. A Job under that name that the manager did not create is no
+// such record: st is recorded, and an event names the Job. It reports whether st was recorded. The
+// steps that end a call an earlier reconcile may have started go through it: the run gate, a rejected
+// acceptance record, the give-up at the waiting limit and the withdrawal for a changed Tool.
 func (r *Reconciler) endWithoutRunning(ctx context.Context, sc *scope, st *lifecycle.Status) (ended bool, err error) {
-	name := JobName(sc.tc)
-	started, err := r.jobExists(ctx, sc.tc.Namespace, name)
+	job, ours, err := r.findJob(ctx, sc.tc)
 	switch {
 	case err != nil:
 		return false, err
-	case started:
-		markRunning(sc.tc, name)
+	case job != nil && ours:
+		markRunning(sc.tc, job)
 		return false, nil
+	case job != nil:
+		r.emit(sc.tc, job, lifecycle.ForeignJobFound, job.Name, sc.tc.Namespace)
 	}
 	setStatus(sc.tc, st)
 	return true, nil
 }
 
-// markRunning records that the call's Job exists.
-func markRunning(tc *tg.ToolCall, jobName string) {
-	tc.Status.JobName = jobName
-	setStatus(tc, lifecycle.JobRunning.Status(jobName))
+// markRunning records that the call's Job, which the manager created, exists.
+func markRunning(tc *tg.ToolCall, job *batchv1.Job) {
+	tc.Status.JobName, tc.Status.JobUID = job.Name, job.UID
+	setStatus(tc, lifecycle.JobRunning.Status(job.Name))
 }
 
 // observeJob records the Job's outcome and its termination message.
@@ -163,6 +185,19 @@ func (r *Reconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, er
 			return ctrl.Result{}, fmt.Errorf("reading Job %s: %w", key.Name, err)
 		}
 	}
+	// The manager's Job may have been deleted and another made under its name: what that one reports
+	// is not the run. It has another UID than the one recorded, or (recorded by a manager that did
+	// not keep the UID) no valid proof.
+	ours, err := r.ExecutionKey.Created(ctx, job, tc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !ours || (tc.Status.JobUID != "" && tc.Status.JobUID != job.UID) {
+		r.emit(tc, job, lifecycle.ForeignJobFound, job.Name, tc.Namespace)
+		setStatus(tc, lifecycle.ForeignJobReplaced.Status(job.Name))
+		return ctrl.Result{}, nil
+	}
+	tc.Status.JobUID = job.UID
 	end := jobEndOf(job)
 	if !end.finished {
 		return ctrl.Result{}, r.observePods(ctx, tc, job)
@@ -171,11 +206,18 @@ func (r *Reconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, er
 		imageUnavailableFailed(tc, job)
 		return ctrl.Result{}, nil
 	}
-	pods, err := jobPods(ctx, r.APIReader, tc, job)
+	pods, foreign, err := countedPods(ctx, r.APIReader, job)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	tc.Status.Result = terminationMessage(pods)
+	if foreign != nil {
+		// The Job controller counted a Pod that was not made from the Job's template: the Job's
+		// outcome is not the tool's.
+		r.emit(tc, foreign, lifecycle.ForeignPodFound, foreign.Name, job.Name, tc.Namespace)
+		setStatus(tc, lifecycle.ForeignPodCounted.Status(job.Name, foreign.Name))
+		return ctrl.Result{}, nil
+	}
+	tc.Status.Result = terminationMessage(job, pods)
 	switch {
 	case end.succeeded:
 		setStatus(tc, lifecycle.JobSucceeded.Status())
@@ -202,14 +244,15 @@ func (r *Reconciler) observePods(ctx context.Context, tc *tg.ToolCall, job *batc
 	case tc.Status.Reason == tg.ReasonImageUnavailable && containerStarted(pods):
 		// The image arrived and the tool started. Until a container is seen started the wait is
 		// still the last word: the Job's deadline kills a waiting container without starting it.
-		markRunning(tc, job.Name)
+		markRunning(tc, job)
 	}
 	return nil
 }
 
 // jobPods lists, from c, the Pods of tc's Job. The ToolCall's UID label selects the candidates, but
 // anyone who may create Pods in the namespace can label one with it: only the Pods the Job controls
-// speak for the tool, so such a Pod can neither supply the result nor report an image wait.
+// and made from its template speak for the tool, so such a Pod can neither supply the result nor
+// report an image wait.
 func jobPods(ctx context.Context, c client.Reader, tc *tg.ToolCall, job *batchv1.Job) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
@@ -217,11 +260,41 @@ func jobPods(ctx context.Context, c client.Reader, tc *tg.ToolCall, job *batchv1
 	}
 	owned := make([]corev1.Pod, 0, len(pods.Items))
 	for _, p := range pods.Items {
-		if owner := metav1.GetControllerOf(&p); owner != nil && owner.UID == job.UID {
+		if owner := metav1.GetControllerOf(&p); owner != nil && owner.UID == job.UID && madeFromTemplate(job, &p) {
 			owned = append(owned, p)
 		}
 	}
 	return owned, nil
+}
+
+// countedPods lists, from the apiserver, the Pods the Job controller counts for a finished Job: those
+// its selector matches and it controls. It returns them, or the first that was not made from the
+// Job's template (someone else's Pod, adopted through the selector labels or an owner reference).
+func countedPods(ctx context.Context, c client.Reader, job *batchv1.Job) ([]corev1.Pod, *corev1.Pod, error) {
+	selector := labels.SelectorFromSet(labels.Set{batchv1.ControllerUidLabel: string(job.UID)})
+	if job.Spec.Selector != nil {
+		s, err := metav1.LabelSelectorAsSelector(job.Spec.Selector)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading Job %s's selector: %w", job.Name, err)
+		}
+		selector = s
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return nil, nil, fmt.Errorf("listing the Pods of Job %s: %w", job.Name, err)
+	}
+	counted := make([]corev1.Pod, 0, len(pods.Items))
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if owner := metav1.GetControllerOf(p); owner == nil || owner.UID != job.UID {
+			continue
+		}
+		if !madeFromTemplate(job, p) {
+			return nil, p, nil
+		}
+		counted = append(counted, *p)
+	}
+	return counted, nil, nil
 }
 
 // JobName derives the Job's name from the ToolCall: its name (shortened) and a hash of its UID, so a
@@ -331,14 +404,18 @@ func jobEndOf(job *batchv1.Job) jobEnd {
 }
 
 // terminationMessage returns the first non-empty termination message of the Job's Pods, newest Pod
-// first, truncated to MaxResultBytes.
-func terminationMessage(pods []corev1.Pod) string {
+// first, truncated to MaxResultBytes. Only the containers of the Job's template speak for the tool
+// (admission may add others).
+func terminationMessage(job *batchv1.Job, pods []corev1.Pod) string {
+	tool := func(name string) bool {
+		return slices.ContainsFunc(job.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	}
 	var newest *corev1.Pod
 	msg := ""
 	for i := range pods {
 		p := &pods[i]
 		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" {
+			if t := cs.State.Terminated; t != nil && t.Message != "" && tool(cs.Name) {
 				if newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time) {
 					newest, msg = p, t.Message
 				}

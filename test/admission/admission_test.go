@@ -51,8 +51,21 @@ type caller struct {
 }
 
 func newCaller(g Gomega, user, uid string, groups ...string) *caller {
+	return newCallerWithExtra(g, user, uid, nil, groups...)
+}
+
+// newPodCaller is a ServiceAccount as its Pod's token makes it: with the extras the apiserver adds for
+// a token bound to a Pod, which impersonating the ServiceAccount alone does not give.
+func newPodCaller(g Gomega, user, pod string, groups ...string) *caller {
+	return newCallerWithExtra(g, user, "", map[string][]string{
+		"authentication.kubernetes.io/pod-name": {pod},
+		"authentication.kubernetes.io/pod-uid":  {"5d0b4f7e-2c1a-4e3b-9f8d-7a6c5b4e3d2c"},
+	}, groups...)
+}
+
+func newCallerWithExtra(g Gomega, user, uid string, extra map[string][]string, groups ...string) *caller {
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, UID: uid, Groups: groups}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, UID: uid, Groups: groups, Extra: extra}
 	c, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
 	g.Expect(err).NotTo(HaveOccurred())
 	return &caller{user: user, uid: uid, groups: groups, client: c}
@@ -631,12 +644,16 @@ func TestRequesterReachesTheProviderAndTheEvents(t *testing.T) {
 // username filled in where config/default's replacements write it (the 4th and 8th pieces between
 // single quotes of the first variable), and returns the policy's name.
 func writersPolicy(t *testing.T, g Gomega, ns, managerNS, managerName string) string {
+	return writersFile(t, g, "toolcall_writers.yaml", "toolcall-writers-"+ns, ns, managerNS, managerName)
+}
+
+// writersFile installs one policy file of config/admission/writers as writersPolicy does, under name.
+func writersFile(t *testing.T, g Gomega, file, name, ns, managerNS, managerName string) string {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
-	data, err := os.ReadFile(root + "/config/admission/writers/toolcall_writers.yaml")
+	data, err := os.ReadFile(root + "/config/admission/writers/" + file)
 	g.Expect(err).NotTo(HaveOccurred())
-	name := "toolcall-writers-" + ns
 	ctx := context.Background()
 	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
 		obj := &unstructured.Unstructured{}
@@ -675,7 +692,9 @@ func TestOnlyTheManagerWritesStatusAndTheRecord(t *testing.T) {
 	ns := newNamespace(t)
 	policy := writersPolicy(t, g, ns, ns, "toolgate-manager")
 	writer := newCaller(g, "system:serviceaccount:"+ns+":gitops", "", "system:serviceaccounts", "system:authenticated")
-	manager := newCaller(g, "system:serviceaccount:"+ns+":toolgate-manager", "", "system:serviceaccounts", "system:authenticated")
+	manager := newPodCaller(g, "system:serviceaccount:"+ns+":toolgate-manager", "toolgate-controller-manager-7d9f8-abcde", "system:serviceaccounts", "system:authenticated")
+	// Whoever may impersonate ServiceAccounts can act as the manager's, but without its Pod's token.
+	impostor := newCaller(g, manager.user, "", "system:serviceaccounts", "system:authenticated")
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "toolcall-everything"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{tg.GroupVersion.Group}, Resources: []string{"toolcalls", "toolcalls/status"}, Verbs: []string{"*"}},
 		{APIGroups: []string{tg.GroupVersion.Group}, Resources: []string{"tools"}, Verbs: []string{"call"}},
@@ -707,7 +726,8 @@ func TestOnlyTheManagerWritesStatusAndTheRecord(t *testing.T) {
 	}
 	// The policy is in force once the writer's status write is refused.
 	g.Eventually(func() error { return approve(writer) }).WithTimeout(30 * time.Second).Should(
-		MatchError(ContainSubstring(denied(writer.user) + " write the status of ToolCalls: only the Toolgate manager (" + manager.user + ")")))
+		MatchError(ContainSubstring(denied(writer.user) + " write the status of ToolCalls: only the Toolgate manager (" + manager.user + ", with its Pod's token)")))
+	g.Expect(approve(impostor)).To(MatchError(ContainSubstring(denied(impostor.user) + " write the status of ToolCalls")))
 	g.Expect(approve(manager)).To(Succeed())
 
 	// The acceptance record: neither at creation nor by an update, nor its removal.
@@ -736,6 +756,7 @@ func TestOnlyTheManagerWritesStatusAndTheRecord(t *testing.T) {
 	})).To(Succeed())
 	g.Expect(update(writer, func(o *tg.ToolCall) { o.Annotations[tg.AnnotationExecutionTimeout] = "1h" })).To(MatchError(ContainSubstring("acceptance record")))
 	g.Expect(update(writer, func(o *tg.ToolCall) { o.Finalizers = nil })).To(MatchError(ContainSubstring("finalizer " + tg.Finalizer)))
+	g.Expect(update(impostor, func(o *tg.ToolCall) { o.Finalizers = nil })).To(MatchError(ContainSubstring("finalizer " + tg.Finalizer)))
 	g.Expect(update(writer, func(o *tg.ToolCall) { o.Annotations["example.com/note"] = "an owner's own annotation" })).To(Succeed())
 	g.Expect(update(manager, func(o *tg.ToolCall) { o.Finalizers = nil })).To(Succeed())
 }

@@ -68,6 +68,13 @@ const (
 	JobDeleted
 	// JobRefused: the apiserver refused the Job as invalid (its reason).
 	JobRefused
+	// ForeignJobBeforeStart: approved, but a Job the manager did not create holds the call's Job name
+	// (the Job's name).
+	ForeignJobBeforeStart
+	// ForeignJobReplaced: the call's Job was replaced by one the manager did not create (its name).
+	ForeignJobReplaced
+	// ForeignPodCounted: the finished Job counted a Pod not made from its template (the Job, the Pod).
+	ForeignPodCounted
 	// ApprovedToolMissing: approved, but no single Tool has the toolName any more (the message of the
 	// UnknownTool or AmbiguousTool status).
 	ApprovedToolMissing
@@ -173,9 +180,16 @@ var table = [outcomes]Row{
 	JobFailedUnexplained: {tg.PhaseFailed, tg.ReasonJobFailed, "The tool's Job failed; status.result holds the tool's last message, if it wrote one.", ""},
 	MCPCallLost: {tg.PhaseFailed, tg.ReasonToolMayHaveRun, "The call was sent to the MCP server and the connection was lost before its answer: the tool may have run. " +
 		"It was not called again; check the tool's own records before calling it again. status.result holds mcp-call's message.", ""},
-	ImageNeverArrived:   {tg.PhaseFailed, tg.ReasonImageUnavailable, "The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s", ""},
-	JobDeleted:          {tg.PhaseFailed, tg.ReasonJobMissing, "Job %s was deleted before it finished; its outcome is unknown.", ""},
-	JobRefused:          {tg.PhaseFailed, tg.ReasonJobRefused, "The call was approved but the Job was refused by the cluster (%v).", DidNotRun},
+	ImageNeverArrived: {tg.PhaseFailed, tg.ReasonImageUnavailable, "The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s", ""},
+	JobDeleted:        {tg.PhaseFailed, tg.ReasonJobMissing, "Job %s was deleted before it finished; its outcome is unknown.", ""},
+	JobRefused:        {tg.PhaseFailed, tg.ReasonJobRefused, "The call was approved but the Job was refused by the cluster (%v).", DidNotRun},
+	ForeignJobBeforeStart: {tg.PhaseFailed, tg.ReasonForeignJob, "The call was approved, but Job %s, the name its run is recorded under, was created by someone " +
+		"other than Toolgate (it has no valid " + tg.AnnotationExecutionProof + "), so it is not this call's run and the tool was not started. " +
+		"Check who may create Jobs in this namespace, delete that Job and create the ToolCall again.", DidNotRun},
+	ForeignJobReplaced: {tg.PhaseFailed, tg.ReasonForeignJob, "Job %s, which Toolgate created to run the call, was replaced by a Job Toolgate did not create: " +
+		"the tool may have run, and its outcome is unknown. Check who may delete and create Jobs in this namespace.", ""},
+	ForeignPodCounted: {tg.PhaseFailed, tg.ReasonForeignPod, "Job %s finished counting Pod %s, which was not made from the Job's template (someone else created it): " +
+		"the Job's outcome is not the tool's, so the tool may have run and its outcome is unknown. Check who may create Pods in this namespace.", ""},
 	ApprovedToolMissing: {tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: %s", DidNotRun},
 	ApprovedToolDeleted: {tg.PhaseFailed, tg.ReasonInvalidTool, "The call was approved but could not start: Tool %s was deleted.", DidNotRun},
 	ApprovedToolChanged: {tg.PhaseFailed, tg.ReasonToolChanged, "The call was approved but could not start: %s; the approval covers the accepted version only. " +
@@ -300,6 +314,12 @@ const (
 	// RuleApprovalNotVerified: the status recorded an approval by a rule (the rule) that the Tool's
 	// rules do not give; it was dropped, and the call goes on as its rules decide.
 	RuleApprovalNotVerified
+	// ForeignJobFound: a Job under the call's Job name was not created by the manager (the Job, the
+	// namespace).
+	ForeignJobFound
+	// ForeignPodFound: a Pod the call's Job counts was not made from its template (the Pod, the Job,
+	// the namespace).
+	ForeignPodFound
 
 	events // the number of events
 )
@@ -318,6 +338,10 @@ var eventTable = [events]EventRow{
 		"only the request submitted under the call's own idempotency key can start it. Check who may write toolcalls/status."},
 	RuleApprovalNotVerified: {corev1.EventTypeWarning, tg.ReasonDecisionNotVerified, "EvaluateRules", "status.decision recorded an approval by rule %s that the Tool's rules " +
 		"do not give, and was dropped: the call goes on as the rules decide. Check who may write toolcalls/status."},
+	ForeignJobFound: {corev1.EventTypeWarning, tg.ReasonForeignJob, "VerifyJob", "Job %s carries this call's Job name but was not created by Toolgate " +
+		"(no valid " + tg.AnnotationExecutionProof + "); it is not taken as the call's run. Check who may create Jobs in namespace %s."},
+	ForeignPodFound: {corev1.EventTypeWarning, tg.ReasonForeignPod, "VerifyJob", "Pod %s was counted by Job %s but not made from its template; " +
+		"the Job's outcome is not taken as the tool's. Check who may create Pods in namespace %s."},
 }
 
 // Row returns the event's data.
