@@ -203,3 +203,39 @@ func TestExecutionKeyIsKeptInTheManagersNamespace(t *testing.T) {
 	g.Expect(h.K8s.Get(context.Background(), client.ObjectKey{Namespace: h.NS, Name: toolcall.ExecutionKeySecret}, s)).To(Succeed())
 	g.Expect(len(s.Data["key"])).To(BeNumerically(">=", 32))
 }
+
+// A call that was Running when the manager was upgraded to one that signs its Jobs keeps its Job: a
+// Job without a proof that the apiserver created before the manager made its key is taken as the
+// call's (nobody can create a Job in the past), and its result is the call's.
+func TestJobOfAManagerBeforeProofsIsStillTheCallsRecord(t *testing.T) {
+	h := th.New(t, env, th.WithoutManager())
+	g := h.G
+	ctx := context.Background()
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	tc := h.NewToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	g.Expect(h.K8s.Create(ctx, tc)).To(Succeed())
+	// The Job as the manager before this one made it: labels, owner, no proof.
+	labels := map[string]string{tg.LabelToolCallUID: string(tc.UID), tg.LabelToolCallName: tc.Name, tg.LabelToolName: tc.Spec.Tool}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: toolcall.JobName(tc), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(tc, tg.GroupVersion.WithKind("ToolCall"))}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "tool", Image: "busybox:1.36"}}}}},
+	}
+	g.Expect(h.K8s.Create(ctx, job)).To(Succeed())
+	tc.Status.Phase, tc.Status.Reason, tc.Status.JobName = tg.PhaseRunning, tg.ReasonJobCreated, job.Name
+	g.Expect(h.K8s.Status().Update(ctx, tc)).To(Succeed())
+	// The key is made after the Job: wait until the apiserver's clock (creation times are in seconds)
+	// has passed the Job's second, as a dry-run create shows it.
+	g.Eventually(func() bool {
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, GenerateName: "clock-"}}
+		g.Expect(h.K8s.Create(ctx, probe, client.DryRunAll)).To(Succeed())
+		return job.CreationTimestamp.Before(&probe.CreationTimestamp)
+	}).WithTimeout(5 * time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
+	h.Start()
+
+	h.FinishJob(job.Name, true, `{"refund":"r-1"}`)
+	done := h.WaitPhase("refund", tg.PhaseSucceeded)
+	g.Expect(done.Status.Result).To(Equal(`{"refund":"r-1"}`))
+	g.Expect(done.Status.JobUID).To(Equal(job.UID))
+}

@@ -44,6 +44,8 @@ type ExecutionKey struct {
 
 	mu  sync.Mutex
 	key []byte
+	// since is when the key was made: Jobs older than it were created before the manager signed any.
+	since metav1.Time
 }
 
 // load returns the key, reading the Secret (and creating it, with a random key, when missing) on
@@ -82,7 +84,7 @@ func (k *ExecutionKey) load(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("the execution key, Secret %s, holds %d bytes under %q; it needs at least %d: delete the Secret and the manager makes a new one (Jobs it created under the old key are then no longer recognised)",
 			key, len(v), executionKeyField, executionKeyBytes)
 	}
-	k.key = v
+	k.key, k.since = v, s.CreationTimestamp
 	return v, nil
 }
 
@@ -107,13 +109,19 @@ func (k *ExecutionKey) Sign(ctx context.Context, job *batchv1.Job, tc *tg.ToolCa
 	return nil
 }
 
-// Created reports whether the manager created job for tc: its execution proof is valid.
+// Created reports whether the manager created job for tc: its execution proof is valid. A Job
+// without a proof that the apiserver created before the key existed was made by a manager that did
+// not sign its Jobs yet (an upgrade): it is taken as the call's, as it was then; nobody can create a
+// Job in the past.
 func (k *ExecutionKey) Created(ctx context.Context, job *batchv1.Job, tc *tg.ToolCall) (bool, error) {
 	key, err := k.load(ctx)
 	if err != nil {
 		return false, err
 	}
-	got := job.Annotations[tg.AnnotationExecutionProof]
+	got, signed := job.Annotations[tg.AnnotationExecutionProof]
+	if !signed && job.CreationTimestamp.Before(&k.since) {
+		return true, nil
+	}
 	want := proof(key, job.Namespace, job.Name, tc.UID)
 	return hmac.Equal([]byte(got), []byte(want)), nil
 }
