@@ -33,6 +33,8 @@ type Config struct {
 	Headers []Header
 	// Version is the client's version sent in initialize.
 	Version string
+	// Limits bound what the session reads from the server (zero fields: DefaultLimits).
+	Limits Limits
 }
 
 // Validate says what is wrong with c's URL, naming the fix.
@@ -48,9 +50,11 @@ func (c Config) Validate() error {
 }
 
 // HTTPClient is the HTTP client that reaches the server: the CA bundle's pool (or the system's), the
-// headers added to every request, no redirects (a redirect would carry the headers elsewhere).
+// headers added to every request, no redirects (a redirect would carry the headers elsewhere), and
+// response headers bounded. It does not bound the bodies: a session's client does (guard).
 func (c Config) HTTPClient() (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxResponseHeaderBytes = maxHeaderBytes
 	if len(c.CABundle) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(c.CABundle) {
@@ -66,70 +70,126 @@ func (c Config) HTTPClient() (*http.Client, error) {
 	}, nil
 }
 
-// Connect opens a session with the server (initialize). Close it when done.
-func Connect(ctx context.Context, c Config) (*mcp.ClientSession, error) {
+// maxHeaderBytes bounds the response headers of one answer.
+const maxHeaderBytes = 64 << 10
+
+// sessionClient is the HTTP client of one session, whose guard bounds and accounts what it reads.
+func (c Config) sessionClient() (*http.Client, *guard, error) {
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hc, err := c.HTTPClient()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	g := &guard{base: hc.Transport, limits: c.Limits.WithDefaults()}
+	hc.Transport = g
+	return hc, g, nil
+}
+
+// transport is the session's MCP transport: the SDK's own cap on an event (its MaxEventSize; 0
+// would mean none) is kept above the guard's, which is the one that names the limit.
+func (c Config) transport(hc *http.Client, standalone bool) *mcp.StreamableClientTransport {
+	t := &mcp.StreamableClientTransport{
+		Endpoint:     c.URL,
+		HTTPClient:   hc,
+		MaxEventSize: int(2*c.Limits.WithDefaults().MaxEventBytes) + 1024,
+	}
+	if !standalone {
+		t.MaxRetries, t.DisableStandaloneSSE = -1, true
+	}
+	return t
+}
+
+// Connect opens a session with the server (initialize). Close it when done. A failure is an *Error.
+func Connect(ctx context.Context, c Config) (*mcp.ClientSession, error) {
+	s, _, err := connect(ctx, c, 0)
+	return s, err
+}
+
+// connect opens a session whose every HTTP request ends within requestTimeout (0: none): the SDK
+// sends some requests (the cancellation of a call, say) on a context of their own, which a server
+// that never answers would otherwise hold open after the listing gave up.
+func connect(ctx context.Context, c Config, requestTimeout time.Duration) (*mcp.ClientSession, *guard, error) {
+	hc, g, err := c.sessionClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	hc.Timeout = requestTimeout
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: c.Version}, nil)
-	transport := &mcp.StreamableClientTransport{
-		Endpoint:             c.URL,
-		HTTPClient:           hc,
-		MaxRetries:           -1,
-		DisableStandaloneSSE: true,
+	s, err := client.Connect(ctx, c.transport(hc, false), nil)
+	if err != nil {
+		return nil, g, g.classify(ctx, err)
 	}
-	return client.Connect(ctx, transport, nil)
+	return s, g, nil
 }
 
 // Listen opens a session that stays open to hear the server: toolsChanged is called on each
 // notifications/tools/list_changed it sends (over the standalone SSE stream the transport keeps
-// open). Wait on the session to learn when it ends; close it to stop.
+// open; each event bounded by Limits.MaxEventBytes). Wait on the session to learn when it ends;
+// close it to stop. A failure to open it is an *Error.
 func Listen(ctx context.Context, c Config, toolsChanged func()) (*mcp.ClientSession, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	hc, err := c.HTTPClient()
+	hc, g, err := c.sessionClient()
 	if err != nil {
 		return nil, err
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: c.Version}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { toolsChanged() },
 	})
-	return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.URL, HTTPClient: hc}, nil)
+	s, err := client.Connect(ctx, c.transport(hc, true), nil)
+	if err != nil {
+		return nil, g.classify(ctx, err)
+	}
+	return s, nil
 }
 
-// MaxTools bounds how many tools ListTools reads from one server.
+// MaxTools is the default bound on the tools ListTools reads from one server.
 const MaxTools = 2000
 
-// ListTools lists every tool of the server, following tools/list's pagination.
-func ListTools(ctx context.Context, s *mcp.ClientSession) ([]*mcp.Tool, error) {
+// ListTools lists every tool of the server, following tools/list's pagination: at most maxTools
+// tools (and pages; 0: the default), else a *LimitError.
+func ListTools(ctx context.Context, s *mcp.ClientSession, maxTools int) ([]*mcp.Tool, error) {
+	if maxTools <= 0 {
+		maxTools = MaxTools
+	}
 	var tools []*mcp.Tool
-	for t, err := range s.Tools(ctx, nil) {
+	params := &mcp.ListToolsParams{}
+	for pages := 0; ; pages++ {
+		if pages == maxTools+1 {
+			return nil, &LimitError{LimitTools, int64(maxTools)}
+		}
+		res, err := s.ListTools(ctx, params)
 		if err != nil {
 			return nil, fmt.Errorf("tools/list: %w", err)
 		}
-		if len(tools) == MaxTools {
-			return nil, fmt.Errorf("tools/list: the server lists more than %d tools", MaxTools)
+		if len(tools)+len(res.Tools) > maxTools {
+			return nil, &LimitError{LimitTools, int64(maxTools)}
 		}
-		tools = append(tools, t)
+		tools = append(tools, res.Tools...)
+		if res.NextCursor == "" {
+			return tools, nil
+		}
+		params.Cursor = res.NextCursor
 	}
-	return tools, nil
 }
 
-// Discover connects, lists the server's tools and closes the session, within timeout.
+// Discover connects, lists the server's tools and closes the session, within timeout. A failure is
+// an *Error: its Summary is for a status, the rest for a log.
 func Discover(ctx context.Context, c Config, timeout time.Duration) ([]*mcp.Tool, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	s, err := Connect(ctx, c)
+	s, g, err := connect(ctx, c, timeout)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", c.URL, err)
+		return nil, err
 	}
 	defer func() { _ = s.Close() }()
-	return ListTools(ctx, s)
+	tools, err := ListTools(ctx, s, c.Limits.WithDefaults().MaxTools)
+	if lerr := (*LimitError)(nil); errors.As(err, &lerr) {
+		return nil, &Error{lerr.Error(), err}
+	} else if err != nil {
+		return nil, g.classify(ctx, err)
+	}
+	return tools, nil
 }
 
 type headerTransport struct {
