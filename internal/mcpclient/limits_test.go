@@ -121,7 +121,9 @@ func toolServer(t *testing.T, n int) *httptest.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "v1"}, &mcp.ServerOptions{PageSize: 7})
 	for i := range n {
 		s.AddTool(&mcp.Tool{Name: fmt.Sprintf("tool-%03d", i), InputSchema: map[string]any{"type": "object"}},
-			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{}, nil
+			})
 	}
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(ts.Close)
