@@ -288,6 +288,10 @@ const (
 	// ReasonDecisionNotVerified: status.decision recorded a rule's approval the Tool's rules do not
 	// give (someone else wrote the status); it was dropped.
 	ReasonDecisionNotVerified = "DecisionNotVerified"
+	// ReasonGoneCursorAhead (on the Lease toolgate-gone-cursor): the saved position of withdrawn
+	// removals was past the apiserver's present, so not a manager's; the new leader replayed the
+	// removals from as far back as the apiserver keeps watch history instead.
+	ReasonGoneCursorAhead = "GoneCursorAhead"
 )
 
 // Reasons of an MCPServer's Ready condition (also those of its Reconciling and Stalled conditions and

@@ -9,12 +9,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
@@ -39,6 +41,16 @@ type goneCalls struct {
 	replayed bool
 	// opaque: resourceVersions are not numbers here, and no position is kept.
 	opaque bool
+	// watching is closed once holdGone's watch has synced (removalsWatch): from then on, every removal
+	// the informer sees reaches holdGone, and the replay may take the present as its end.
+	watchingOnce sync.Once
+	watching     chan struct{}
+}
+
+// watchingNow returns the channel closed once holdGone's watch has synced.
+func (g *goneCalls) watchingNow() chan struct{} {
+	g.watchingOnce.Do(func() { g.watching = make(chan struct{}) })
+	return g.watching
 }
 
 type goneCall struct {
@@ -165,6 +177,31 @@ func (r *Reconciler) holdGone() handler.EventHandler {
 			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tc)})
 		},
 	}
+}
+
+// removalsWatch is the controller's watch of ToolCalls for holdGone. It tells the replay when it has
+// synced: the informer behind it is the cache's, started with the manager, so it may have run (and
+// seen removals) long before this replica was elected and holdGone was added to it. Such removals
+// reach holdGone neither as they happened nor later (a handler added to a running informer is
+// given only the objects it holds), so the replay must reach past them: it takes the present
+// once holdGone is added and synced (goneReplay.Start), never before.
+func (r *Reconciler) removalsWatch(c cache.Cache) source.Source {
+	return &syncedSignal{SyncingSource: source.Kind[client.Object](c, &tg.ToolCall{}, r.holdGone()), synced: r.gone.watchingNow()}
+}
+
+// syncedSignal closes synced once its source has synced.
+type syncedSignal struct {
+	source.SyncingSource
+	once   sync.Once
+	synced chan struct{}
+}
+
+func (s *syncedSignal) WaitForSync(ctx context.Context) error {
+	if err := s.SyncingSource.WaitForSync(ctx); err != nil {
+		return err
+	}
+	s.once.Do(func() { close(s.synced) })
+	return nil
 }
 
 // withdrawGone withdraws the request of the gone ToolCall held under key, if any. It returns an

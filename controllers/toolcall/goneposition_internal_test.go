@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -75,6 +77,32 @@ func TestGonePosition(t *testing.T) {
 			got, ok := c.position()
 			if got != tc.want || ok != tc.ok {
 				t.Errorf("position() = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// The oldest position the apiserver serves is read from its 410 answer to a watch from an older one;
+// any other answer is not a position too old.
+func TestOldestServed(t *testing.T) {
+	gr := schema.GroupResource{Group: "toolgate.dev", Resource: "toolcalls"}
+	for _, tc := range []struct {
+		name    string
+		err     error
+		want    uint64
+		expired bool
+	}{
+		{name: "the watch cache's answer", err: apierrors.NewResourceExpired("too old resource version: 1 (5120)"), want: 5120, expired: true},
+		{name: "etcd's compaction, without a position", err: apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."), want: 0, expired: true},
+		{name: "410 Gone", err: apierrors.NewGone("too old resource version: 7 (90)"), want: 90, expired: true},
+		{name: "a bare number is not taken", err: apierrors.NewResourceExpired("too old resource version: 7"), want: 0, expired: true},
+		{name: "another error", err: apierrors.NewNotFound(gr, "x"), want: 0, expired: false},
+		{name: "none", err: nil, want: 0, expired: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, expired := oldestServed(tc.err)
+			if got != tc.want || expired != tc.expired {
+				t.Errorf("oldestServed(%v) = %d, %v; want %d, %v", tc.err, got, expired, tc.want, tc.expired)
 			}
 		})
 	}

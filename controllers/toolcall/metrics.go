@@ -26,8 +26,13 @@ var (
 		Name: "toolgate_policy_decisions_total",
 		Help: "ToolCalls decided by a rule of their Tool's spec.approval without asking a human, by action (Approve, Deny).",
 	}, []string{"action"})
+
+	goneCursorUntrusted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "toolgate_gone_cursor_untrusted_total",
+		Help: "Leader starts that found the saved position of withdrawn removals (Lease toolgate-gone-cursor) past the apiserver's present, and replayed from as far back as the apiserver keeps watch history instead.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, policyDecisions, finishedCallsDeleted)
+	metrics.Registry.MustRegister(toolCallOutcomes, approvalWaitSeconds, policyDecisions, finishedCallsDeleted, goneCursorUntrusted)
 }
