@@ -22,7 +22,9 @@ import (
 // argumentsSchema, whether its Job template passed the server-side dry run, and its compiled approval
 // rules. A Tool change (a new generation) starts afresh, and a deleted Tool is forgotten. The ToolCall
 // and Tool controllers share one, so that a generation's rules are compiled once, by whichever needs
-// them first.
+// them first. The cache's lock only finds a generation's entry: each entry compiles its schema and
+// rules under its own sync.Once, so that a Tool whose schema or rules are slow to compile delays the
+// reconciles of that Tool only.
 type Cache struct {
 	compiler *policy.Compiler
 	mu       sync.Mutex
@@ -31,13 +33,15 @@ type Cache struct {
 
 type toolFacts struct {
 	generation    int64
-	compiled      bool
-	schema        *jsonschema.Schema
-	schemaErr     error
-	templateValid bool
-	rulesCompiled bool
-	rules         *policy.Rules
-	rulesErr      error
+	templateValid bool // guarded by Cache.mu
+
+	schemaOnce sync.Once
+	schema     *jsonschema.Schema
+	schemaErr  error
+
+	rulesOnce sync.Once
+	rules     *policy.Rules
+	rulesErr  error
 }
 
 func New(limits policy.Limits) (*Cache, error) {
@@ -46,6 +50,13 @@ func New(limits policy.Limits) (*Cache, error) {
 		return nil, fmt.Errorf("building the approval rules' CEL environment: %w", err)
 	}
 	return &Cache{compiler: c, tools: map[types.UID]*toolFacts{}}, nil
+}
+
+// entry returns the entry for tool's current generation, holding c.mu only to find it.
+func (c *Cache) entry(tool *tg.Tool) *toolFacts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.facts(tool)
 }
 
 // facts returns the entry for tool's current generation; the caller holds c.mu.
@@ -64,13 +75,8 @@ func (c *Cache) facts(tool *tg.Tool) *toolFacts {
 // Rules returns the Tool's compiled approval rules, or the compiler's message for every rule that
 // does not compile.
 func (c *Cache) Rules(tool *tg.Tool) (*policy.Rules, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.facts(tool)
-	if !f.rulesCompiled {
-		f.rules, f.rulesErr = c.compiler.Compile(tool.Spec.Approval)
-		f.rulesCompiled = true
-	}
+	f := c.entry(tool)
+	f.rulesOnce.Do(func() { f.rules, f.rulesErr = c.compiler.Compile(tool.Spec.Approval) })
 	return f.rules, f.rulesErr
 }
 
@@ -83,13 +89,8 @@ func (c *Cache) Forget(uid types.UID) {
 
 // Schema compiles the Tool's argumentsSchema once per generation.
 func (c *Cache) Schema(tool *tg.Tool) (*jsonschema.Schema, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.facts(tool)
-	if !f.compiled {
-		f.schema, f.schemaErr = compileSchema(tool)
-		f.compiled = true
-	}
+	f := c.entry(tool)
+	f.schemaOnce.Do(func() { f.schema, f.schemaErr = compileSchema(tool) })
 	return f.schema, f.schemaErr
 }
 
@@ -105,19 +106,6 @@ func (c *Cache) TemplatePassed(tool *tg.Tool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.facts(tool).templateValid = true
-}
-
-func compileSchema(tool *tg.Tool) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(tool.Spec.ArgumentsSchema.Raw))
-	if err != nil {
-		return nil, err
-	}
-	url := fmt.Sprintf("toolgate://%s/%s/argumentsSchema.json", tool.Namespace, tool.Name)
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, err
-	}
-	return c.Compile(url)
 }
 
 // ValidateArguments checks arguments against the Tool's argumentsSchema, if it has one.
