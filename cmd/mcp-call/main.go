@@ -7,7 +7,9 @@
 // It reads the call from its env: MCP_SERVER_URL, MCP_TOOL, MCP_ALLOW_INSECURE_HTTP, MCP_CA_BUNDLE,
 // MCP_HEADER_<i>_NAME and MCP_HEADER_<i>_VALUE (set by the generated Tool's jobTemplate) and
 // TOOL_ARGUMENTS (set by the ToolCall controller). TERMINATION_LOG overrides where the message goes,
-// for running it outside a Pod.
+// for running it outside a Pod. MCP_MAX_RESPONSE_BYTES, or the flag --max-response-bytes, bounds each
+// HTTP response body it reads from the server, and so each SSE event (default 1 MiB): an answer to
+// the call over it is not read, and the call ends "may have run" (exit 3).
 //
 // Exit codes: 0 the tool answered; 1 the tool answered with isError (its own words are the message);
 // 2 the call was never sent (the tool did not run); 3 the connection was lost after the call was
@@ -17,9 +19,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"toolgate.dev/toolgate/internal/mcpcall"
@@ -32,9 +36,21 @@ func main() {
 	if path == "" {
 		path = terminationLog
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	o := mcpcall.Run(ctx, mcpcall.FromEnv(os.Getenv, "v1alpha1"))
-	stop()
+	flags := flag.NewFlagSet("mcp-call", flag.ExitOnError)
+	maxResponse := flags.String("max-response-bytes", os.Getenv(mcpcall.EnvMaxResponseBytes),
+		"the bound of each HTTP response body (and so each SSE event) read from the server, in bytes; default "+
+			strconv.FormatInt(mcpcall.DefaultMaxResponseBytes, 10)+" (env "+mcpcall.EnvMaxResponseBytes+")")
+	_ = flags.Parse(os.Args[1:])
+	call := mcpcall.FromEnv(os.Getenv, "v1alpha1")
+	var o mcpcall.Outcome
+	if n, err := mcpcall.ParseMaxResponseBytes(*maxResponse); err != nil {
+		o = mcpcall.Outcome{Code: mcpcall.ExitNotRun, Message: "mcp-call: " + err.Error() + ". " + mcpcall.NotCalled}
+	} else {
+		call.MaxResponseBytes = n
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		o = mcpcall.Run(ctx, call)
+		stop()
+	}
 	fmt.Println(o.Message)
 	if err := os.WriteFile(path, []byte(o.Message), 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "mcp-call: writing the result to %s: %v\n", path, err)

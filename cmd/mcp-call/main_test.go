@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"toolgate.dev/toolgate/internal/mcpcall"
@@ -20,17 +21,27 @@ func TestCommandWritesTheResultAndExitsWithTheOutcome(t *testing.T) {
 	for _, c := range []struct {
 		name, tool, args, want string
 		exit                   int
+		extraEnv, flags        []string
 	}{
-		{"result", "echo", `{"message":"hi $(HOME)"}`, "Echo: hi $(HOME)", mcpcall.ExitSucceeded},
-		{"not an object", "echo", `[]`, "mcp-call: TOOL_ARGUMENTS is not a JSON object. The tool was not called.", mcpcall.ExitNotRun},
+		{"result", "echo", `{"message":"hi $(HOME)"}`, "Echo: hi $(HOME)", mcpcall.ExitSucceeded, nil, nil},
+		{"not an object", "echo", `[]`, "mcp-call: TOOL_ARGUMENTS is not a JSON object. The tool was not called.", mcpcall.ExitNotRun, nil, nil},
+		{"answer over the env's bound", "echo", `{"message":"` + strings.Repeat("x", 40000) + `"}`,
+			"The MCP server's answer to the call to echo was larger than 16384 bytes (MCP_MAX_RESPONSE_BYTES), so mcp-call stopped reading it: " +
+				"the tool may have run. It is not called again; check the tool's own records.",
+			mcpcall.ExitMayHaveRun, []string{mcpcall.EnvMaxResponseBytes + "=16384"}, nil},
+		{"the flag over the env", "echo", `{"message":"` + strings.Repeat("x", 40000) + `"}`, mcpcall.Cut("Echo: "+strings.Repeat("x", 40000), mcpcall.MaxMessageBytes),
+			mcpcall.ExitSucceeded, []string{mcpcall.EnvMaxResponseBytes + "=16384"}, []string{"--max-response-bytes=1048576"}},
+		{"a bound that is no number", "echo", `{"message":"x"}`,
+			`mcp-call: MCP_MAX_RESPONSE_BYTES (or --max-response-bytes) is "1Mi": set it to a positive number of bytes, such as 1048576 (the default), or leave it unset. The tool was not called.`,
+			mcpcall.ExitNotRun, []string{mcpcall.EnvMaxResponseBytes + "=1Mi"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "termination-log")
-			cmd := exec.Command(bin)
-			cmd.Env = []string{
+			cmd := exec.Command(bin, c.flags...)
+			cmd.Env = append([]string{
 				mcpclient.EnvURL + "=" + srv.URL, mcpclient.EnvAllowInsecureHTTP + "=true", mcpclient.EnvTool + "=" + c.tool,
 				"TOOL_ARGUMENTS=" + c.args, "TERMINATION_LOG=" + log,
-			}
+			}, c.extraEnv...)
 			err := cmd.Run()
 			code := 0
 			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {

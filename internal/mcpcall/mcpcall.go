@@ -38,6 +38,16 @@ const (
 	ExitRefused = 4
 )
 
+// The last sentence of mcp-call's messages for the outcomes that say the tool did not run: the
+// ToolCall controller trusts exit 2 and 4 only with these words, since a Go runtime crash (an
+// allocation failure included) also exits 2, after the call may have been sent.
+const (
+	// NotCalled ends the message of every ExitNotRun outcome.
+	NotCalled = "The tool was not called."
+	// DidNotRun ends the message of every ExitRefused outcome.
+	DidNotRun = "The tool did not run."
+)
+
 // MaxMessageBytes is what Kubernetes keeps of a termination message, and so of a ToolCall's result.
 const MaxMessageBytes = 4096
 
@@ -52,27 +62,54 @@ type Call struct {
 	Server    mcpclient.Config
 	Tool      string
 	Arguments []byte
+	// MaxResponseBytes bounds each HTTP response body mcp-call reads from the server (the
+	// initialize answer, the call's answer, as JSON or as an SSE stream, and so each event of it).
+	// 0 means DefaultMaxResponseBytes.
+	MaxResponseBytes int64
 }
 
 // Run calls the tool once with the arguments as they are (a JSON object, sent as its own JSON text,
 // never decoded and encoded again) and returns the outcome, its message cut to MaxMessageBytes.
 func Run(ctx context.Context, c Call) Outcome {
 	o := run(ctx, c)
-	o.Message = Cut(o.Message, MaxMessageBytes)
+	switch {
+	case o.Code == ExitNotRun && strings.HasSuffix(o.Message, NotCalled):
+		o.Message = cutKeepingEnd(o.Message, NotCalled)
+	case o.Code == ExitRefused && strings.HasSuffix(o.Message, DidNotRun):
+		o.Message = cutKeepingEnd(o.Message, DidNotRun)
+	default:
+		o.Message = Cut(o.Message, MaxMessageBytes)
+	}
 	return o
+}
+
+// cutKeepingEnd cuts msg, which ends with end, to MaxMessageBytes with end still its last words.
+func cutKeepingEnd(msg, end string) string {
+	if len(msg) <= MaxMessageBytes {
+		return msg
+	}
+	return Cut(strings.TrimSuffix(msg, end), MaxMessageBytes-len(end)-1) + " " + end
 }
 
 func run(ctx context.Context, c Call) Outcome {
 	if c.Tool == "" {
-		return Outcome{ExitNotRun, "mcp-call: no tool to call: set " + mcpclient.EnvTool + ". The tool was not called."}
+		return Outcome{ExitNotRun, "mcp-call: no tool to call: set " + mcpclient.EnvTool + ". " + NotCalled}
 	}
 	args := bytes.TrimSpace(c.Arguments)
 	if len(args) == 0 || args[0] != '{' || !json.Valid(args) {
-		return Outcome{ExitNotRun, "mcp-call: TOOL_ARGUMENTS is not a JSON object. The tool was not called."}
+		return Outcome{ExitNotRun, "mcp-call: TOOL_ARGUMENTS is not a JSON object. " + NotCalled}
 	}
-	s, err := mcpclient.Connect(ctx, c.Server)
-	if err != nil {
-		return Outcome{ExitNotRun, fmt.Sprintf("mcp-call: could not open a session with the MCP server %s: %v. The tool was not called.", c.Server.URL, err)}
+	limit := c.MaxResponseBytes
+	if limit <= 0 {
+		limit = DefaultMaxResponseBytes
+	}
+	var over atomic.Bool
+	s, err := connect(ctx, c.Server, limit, &over)
+	switch {
+	case err != nil && over.Load():
+		return Outcome{ExitNotRun, fmt.Sprintf("mcp-call: the MCP server %s answered initialize with more than %d bytes (%s), which mcp-call does not read. %s", c.Server.URL, limit, EnvMaxResponseBytes, NotCalled)}
+	case err != nil:
+		return Outcome{ExitNotRun, fmt.Sprintf("mcp-call: could not open a session with the MCP server %s: %v. %s", c.Server.URL, err, NotCalled)}
 	}
 	defer func() { _ = s.Close() }()
 
@@ -85,12 +122,16 @@ func run(ctx context.Context, c Call) Outcome {
 	if err != nil {
 		var wire *jsonrpc.Error
 		switch {
+		case over.Load():
+			// The limit is checked before anything else: a part of an answer is never taken for
+			// the server's word, and the call was sent.
+			return Outcome{ExitMayHaveRun, fmt.Sprintf("The MCP server's answer to the call to %s was larger than %d bytes (%s), so mcp-call stopped reading it: the tool may have run. It is not called again; check the tool's own records.", c.Tool, limit, EnvMaxResponseBytes)}
 		case sent.Load() && errors.As(err, &wire) && refusal(wire.Code):
-			return Outcome{ExitRefused, fmt.Sprintf("The MCP server refused the call to %s (JSON-RPC error %d): %s. The tool did not run.", c.Tool, wire.Code, wire.Message)}
+			return Outcome{ExitRefused, fmt.Sprintf("The MCP server refused the call to %s (JSON-RPC error %d): %s. %s", c.Tool, wire.Code, wire.Message, DidNotRun)}
 		case sent.Load():
 			return Outcome{ExitMayHaveRun, fmt.Sprintf("The connection to the MCP server was lost after the call to %s was sent: the tool may have run. It is not called again; check the tool's own records. (%v)", c.Tool, err)}
 		default:
-			return Outcome{ExitNotRun, fmt.Sprintf("The call to %s could not be sent to the MCP server: %v. The tool was not called.", c.Tool, err)}
+			return Outcome{ExitNotRun, fmt.Sprintf("The call to %s could not be sent to the MCP server: %v. %s", c.Tool, err, NotCalled)}
 		}
 	}
 	if len(res.InputRequests) > 0 {
