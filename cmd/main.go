@@ -60,6 +60,7 @@ func main() {
 	flag.StringVar(&o.ReceiverBindAddress, "receiver-bind-address", "0", "Serve the AAP webhook receiver (asynchronous mode, for provider objects with spec.delivery) over HTTPS on this address, at "+controllers.ReceiverPath+" (\"0\": off).")
 	flag.StringVar(&o.ReceiverCertDir, "receiver-cert-dir", "/tmp/toolgate-receiver-certs", "Directory with the receiver's TLS certificate and key (tls.crt, tls.key), read again when they change.")
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Health probe address.")
+	o.MCP.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

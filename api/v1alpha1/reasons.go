@@ -312,4 +312,22 @@ const (
 	// ReasonInvalidMCPServerSpec: the spec holds what the manager cannot use although the apiserver
 	// accepted it, such as an entry of spec.tools that is not a valid glob.
 	ReasonInvalidMCPServerSpec = "InvalidMCPServerSpec"
+	// ReasonServerResponseTooLarge: the server's answers to one listing are larger than the manager
+	// reads (its --mcp-max-response-bytes); the Tools generated before are kept as they are.
+	ReasonServerResponseTooLarge = "ServerResponseTooLarge"
+	// ReasonServerEventTooLarge: the server sent a server-sent event larger than the manager reads
+	// (its --mcp-max-event-bytes).
+	ReasonServerEventTooLarge = "ServerEventTooLarge"
+	// ReasonTooManyTools: the server lists more tools (or pages) than the manager reads (its
+	// --mcp-max-tools).
+	ReasonTooManyTools = "TooManyTools"
+	// ReasonToolSchemaTooLarge: an exposed tool's inputSchema is larger than the manager's
+	// --mcp-max-schema-bytes; that tool gets no Tool.
+	ReasonToolSchemaTooLarge = "ToolSchemaTooLarge"
+	// ReasonToolDescriptionTooLarge: an exposed tool's description or title is larger than the
+	// manager's --mcp-max-description-bytes; that tool gets no Tool.
+	ReasonToolDescriptionTooLarge = "ToolDescriptionTooLarge"
+	// ReasonToolNameTooLong: an exposed tool's name is longer than the manager's
+	// --mcp-max-tool-name-bytes; that tool gets no Tool.
+	ReasonToolNameTooLong = "ToolNameTooLong"
 )

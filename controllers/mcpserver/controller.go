@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -47,6 +48,8 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Recorder emits the event of a change of Ready.
 	Recorder events.EventRecorder
+	// Options bound what a server may send and how often it is listed (limits.go).
+	Options Options
 
 	listeners *listeners // set by SetupWithManager (listen.go)
 }
@@ -110,21 +113,40 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 	}
 	cfg, conn, err := r.settings(ctx, srv)
 	if cerr := (*configError)(nil); errors.As(err, &cerr) {
+		// The session that listens was opened with these settings: a Secret that no longer
+		// consents (or is gone) must not go on serving it.
+		r.listeners.stop(client.ObjectKeyFromObject(srv))
 		return readiness.Stalled, cerr.reason, cerr.message + ". The Tools generated before are kept as they are.", nil
 	} else if err != nil {
 		return "", "", "", err
 	}
+	cfg.Limits = r.Options.Limits
 	tools, err := mcpclient.Discover(ctx, cfg, DiscoveryTimeout)
 	if err != nil {
+		// The status says a stable class; what answered, where, and its words go to the log only
+		// (whoever writes an MCPServer must not map the manager's network with it).
+		logf.FromContext(ctx).Info("listing the server's tools failed", "url", srv.Spec.URL, "error", err.Error())
+		if lerr := (*mcpclient.LimitError)(nil); errors.As(err, &lerr) {
+			reason, words := overLimit(lerr)
+			return readiness.Stalled, reason, fmt.Sprintf("Listing the tools of %s stopped: %s. The Tools generated before are kept as they are.", srv.Spec.URL, words), nil
+		}
+		summary := mcpclient.SummaryNotMCP
+		if merr := (*mcpclient.Error)(nil); errors.As(err, &merr) {
+			summary = merr.Summary
+		}
 		return readiness.Retrying, tg.ReasonServerUnreachable,
-			fmt.Sprintf("Listing the tools of %s failed: %v. The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, err), nil
+			fmt.Sprintf("Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary), nil
 	}
 	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg)
-	entries, conflicts, err := r.syncTools(ctx, srv, tools, conn)
+	entries, conflicts, over, err := r.syncTools(ctx, srv, tools, conn)
 	if err != nil {
 		return "", "", "", err
 	}
 	srv.Status.Tools = entries
+	if over != nil {
+		reason, words := overLimit(over)
+		return readiness.Stalled, reason, fmt.Sprintf("Some exposed tools get no Tool (status.tools says which): %s.", words), nil
+	}
 	if len(conflicts) > 0 {
 		return readiness.Stalled, tg.ReasonToolNameConflict,
 			fmt.Sprintf("Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(conflicts, ", ")), nil
@@ -143,12 +165,12 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 }
 
 // syncTools creates, updates and deletes the MCPServer's Tools so that each exposed tool has one, as
-// listed now. It returns the status entries and the names of Tools it would make that exist and are
-// not its own.
-func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*mcp.Tool, conn connection) ([]tg.MCPDiscoveredTool, []string, error) {
+// listed now. It returns the status entries, the names of Tools it would make that exist and are
+// not its own, and the first per-tool limit an exposed tool went over (that tool gets no Tool).
+func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*mcp.Tool, conn connection) ([]tg.MCPDiscoveredTool, []string, *mcpclient.LimitError, error) {
 	owned := &tg.ToolList{}
 	if err := r.List(ctx, owned, client.InNamespace(srv.Namespace), client.MatchingLabels{tg.LabelMCPServer: srv.Name}); err != nil {
-		return nil, nil, fmt.Errorf("listing the Tools of MCPServer %s: %w", srv.Name, err)
+		return nil, nil, nil, fmt.Errorf("listing the Tools of MCPServer %s: %w", srv.Name, err)
 	}
 	ours := map[string]*tg.Tool{}
 	for i := range owned.Items {
@@ -158,12 +180,20 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 	}
 	var entries []tg.MCPDiscoveredTool
 	var toolNames []string
+	var over *mcpclient.LimitError
+	limits := r.Options.Limits.WithDefaults()
 	for _, t := range tools {
 		if !exposed(srv.Spec.Tools, t.Name) {
 			continue
 		}
 		e := tg.MCPDiscoveredTool{Name: t.Name}
-		if n, err := ToolName(srv.Name, t.Name); err != nil {
+		if lerr := limits.CheckTool(t); lerr != nil {
+			_, words := overLimit(lerr)
+			e.Name, e.Message = mcpclient.ShortName(t.Name, limits.MaxNameBytes), "the tool cannot be a Tool: "+words
+			if over == nil {
+				over = lerr
+			}
+		} else if n, err := ToolName(srv.Name, t.Name); err != nil {
 			e.Message = err.Error()
 		} else {
 			e.ToolName = n
@@ -195,7 +225,7 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 		want := desiredTool(srv, name, t, desiredSpec(srv, e.ToolName, t, schema, conn))
 		conflict, err := r.apply(ctx, srv, want, ours[name])
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if conflict {
 			e.Message = fmt.Sprintf("Tool %s exists and is not this MCPServer's", name)
@@ -204,16 +234,19 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 		}
 		e.Tool = name
 		keep[name] = true
+		if _, dropped := carriedApproval(srv, t.Name); len(dropped) > 0 {
+			e.Message = fmt.Sprintf("exposed by a glob only: the Approve rules of spec.toolTemplate.approval (%s) are not carried into its Tool, so a human decides its calls unless another rule does; name the tool in spec.tools for them to apply", strings.Join(dropped, ", "))
+		}
 	}
 	for name, t := range ours {
 		if keep[name] {
 			continue
 		}
 		if err := r.Delete(ctx, t, client.Preconditions{UID: &t.UID}); client.IgnoreNotFound(err) != nil {
-			return nil, nil, fmt.Errorf("deleting Tool %s, whose tool is no longer exposed: %w", name, err)
+			return nil, nil, nil, fmt.Errorf("deleting Tool %s, whose tool is no longer exposed: %w", name, err)
 		}
 	}
-	return entries, conflicts, nil
+	return entries, conflicts, over, nil
 }
 
 // desiredTool is the Tool generated for the server's tool t, named name.
@@ -314,6 +347,12 @@ func Readiness() []readiness.Row {
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonCABundleInvalid, Progress: readiness.Stalled},
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolNameConflict, Progress: readiness.Stalled},
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonInvalidMCPServerSpec, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonServerResponseTooLarge, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonServerEventTooLarge, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonTooManyTools, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolSchemaTooLarge, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolDescriptionTooLarge, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolNameTooLong, Progress: readiness.Stalled},
 	}
 }
 
@@ -333,7 +372,8 @@ const conflictRetry = 100 * time.Millisecond
 // MCPServers, changes to the Tools they own (someone edited or deleted one), and a server's
 // notifications/tools/list_changed (listen.go) trigger it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.listeners = newListeners(mgr.GetLogger().WithName("mcpserver-listeners"))
+	r.Options = r.Options.WithDefaults()
+	r.listeners = newListeners(mgr.GetLogger().WithName("mcpserver-listeners"), r.Options)
 	if err := mgr.Add(r.listeners); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -20,6 +21,12 @@ import (
 // session open with each MCPServer it listed, to hear notifications/tools/list_changed, and lists
 // the tools again as soon as the server sends it. A session that ends (the server restarted, the
 // network broke) is opened again at the next listing; the periodic listing covers the gap.
+//
+// However often a server sends the notification, it costs at most one listing per
+// Options.ListingInterval: notifications that arrive while a listing waits for its turn are one
+// (coalesced), and a message by itself reads no Secret and writes no Tool. The session closes when the
+// MCPServer goes, and when its settings no longer hold (a Secret that stopped consenting, say): the
+// listing that reads them stops it.
 
 // listeners holds the open sessions, by MCPServer. It runs as a manager Runnable on the leader: the
 // sessions live as long as it leads.
@@ -30,6 +37,7 @@ type listeners struct {
 	base context.Context // the Runnable's, while it runs
 	open map[types.NamespacedName]*listener
 	log  logr.Logger
+	opts Options
 }
 
 type listener struct {
@@ -38,8 +46,8 @@ type listener struct {
 	done     chan struct{}
 }
 
-func newListeners(log logr.Logger) *listeners {
-	return &listeners{events: make(chan event.GenericEvent, 64), open: map[types.NamespacedName]*listener{}, log: log}
+func newListeners(log logr.Logger, opts Options) *listeners {
+	return &listeners{events: make(chan event.GenericEvent, 64), open: map[types.NamespacedName]*listener{}, log: log, opts: opts.WithDefaults()}
 }
 
 // Start makes the listeners usable until ctx ends, then closes every session.
@@ -91,12 +99,14 @@ func (l *listeners) ensure(key types.NamespacedName, cfg mcpclient.Config) {
 
 func (l *listeners) listen(ctx context.Context, key types.NamespacedName, cfg mcpclient.Config, ln *listener) {
 	defer close(ln.done)
+	pending := make(chan struct{}, 1)
 	changed := func() {
 		select {
-		case l.events <- event.GenericEvent{Object: &tg.MCPServer{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
-		case <-ctx.Done():
+		case pending <- struct{}{}:
+		default: // a listing is already due: this notification is part of it
 		}
 	}
+	go l.pace(ctx, key, pending)
 	s, err := mcpclient.Listen(ctx, cfg, changed)
 	if err != nil {
 		l.log.V(1).Info("following the server's tools failed; the periodic listing goes on", "mcpserver", key, "error", err.Error())
@@ -114,7 +124,35 @@ func (l *listeners) listen(ctx context.Context, key types.NamespacedName, cfg mc
 	close(stopped)
 }
 
-// stop closes the session of key, if any: the MCPServer is gone.
+// pace asks for a listing of key for each notification pending, at most one per ListingInterval
+// (the first at once), until ctx ends.
+func (l *listeners) pace(ctx context.Context, key types.NamespacedName, pending <-chan struct{}) {
+	clk := l.opts.Clock
+	limiter := rate.NewLimiter(rate.Every(l.opts.ListingInterval), 1)
+	for {
+		select {
+		case <-pending:
+		case <-ctx.Done():
+			return
+		}
+		if d := limiter.ReserveN(clk.Now(), 1).DelayFrom(clk.Now()); d > 0 {
+			t := clk.NewTimer(d)
+			select {
+			case <-t.C():
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		select {
+		case l.events <- event.GenericEvent{Object: &tg.MCPServer{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// stop closes the session of key, if any: the MCPServer is gone, or its settings no longer hold.
 func (l *listeners) stop(key types.NamespacedName) {
 	if l == nil {
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -120,9 +121,34 @@ type connection struct {
 	env []corev1.EnvVar
 }
 
+// carriedApproval is spec.toolTemplate.approval as the Tool of the server's tool named tool carries
+// it: whole when spec.tools names the tool exactly; without its Approve rules when only a glob
+// exposes it, so that a tool the server adds later (a destructive one, say) is not approved without a
+// human by a rule written before it existed. It returns the names of the rules left out.
+func carriedApproval(srv *tg.MCPServer, tool string) (*tg.ApprovalPolicy, []string) {
+	a := srv.Spec.ToolTemplate.Approval
+	if a == nil || slices.Contains(srv.Spec.Tools, tool) {
+		return a.DeepCopy(), nil
+	}
+	var kept []tg.ApprovalRule
+	var dropped []string
+	for _, rule := range a.Rules {
+		if rule.Action == tg.ActionApprove {
+			dropped = append(dropped, rule.Name)
+			continue
+		}
+		kept = append(kept, rule)
+	}
+	if len(kept) == 0 {
+		return nil, dropped
+	}
+	return &tg.ApprovalPolicy{Rules: kept}, dropped
+}
+
 // desiredSpec is the spec of the Tool generated for the server's tool t.
 func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte, conn connection) tg.ToolSpec {
 	tt := srv.Spec.ToolTemplate.DeepCopy()
+	approval, _ := carriedApproval(srv, t.Name)
 	timeout := tt.ExecutionTimeout
 	if timeout == nil {
 		timeout = &metav1.Duration{}
@@ -133,7 +159,7 @@ func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte,
 		JobTemplate:      jobTemplate(srv, t.Name, conn),
 		ExecutionTimeout: timeout,
 		ArgumentsSchema:  &apiextensionsv1.JSON{Raw: schema},
-		Approval:         tt.Approval,
+		Approval:         approval,
 		ProviderRef:      tt.ProviderRef,
 		FinishedCallTTL:  tt.FinishedCallTTL,
 		MCPAnnotations:   annotations(t.Annotations),
