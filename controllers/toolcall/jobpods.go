@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -200,16 +201,72 @@ func imageWaitChanged() predicate.Funcs {
 	}
 }
 
-// mcpCallLost reports whether the Job's executor, the container mcp-call of the Tools MCPServers
-// generate, said it lost the connection after sending the call (its exit code 3): the tool may have
-// run. Another Tool whose container is so named and exits so gets the same reason, for its own calls.
+// mcpCallLost reports whether a failed Job's executor, the container mcp-call of the Tools MCPServers
+// generate, may have sent the call: the tool may have run. It fails closed: once mcp-call has
+// started, only its own words prove the tool did not run or say how it ended (exit 2 with its "not
+// called" message, exit 4 with its "did not run" message, exit 1 with the tool's own error); any
+// other end (exit 3, a kill for memory, an eviction, a signal, the Job's deadline stopping it while it
+// ran, a container the kubelet lost track of, a Go runtime crash, which also exits 2) may have come
+// after the call was sent. A container that never started (still waiting, or terminated without a
+// start time by the kubelet itself) ran nothing. Another Tool whose container is so named gets the
+// same reading, for its own calls.
 func mcpCallLost(pods []corev1.Pod) bool {
-	for _, p := range pods {
-		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; cs.Name == mcpserver.ExecutorContainer && t != nil && t.ExitCode == mcpcall.ExitMayHaveRun {
+	for i := range pods {
+		for _, cs := range pods[i].Status.ContainerStatuses {
+			if cs.Name == mcpserver.ExecutorContainer && mcpExecutorMayHaveSent(cs) {
 				return true
 			}
 		}
+	}
+	return false
+}
+
+// mcpExecutorMayHaveSent reads one status of the mcp-call container (see mcpCallLost).
+func mcpExecutorMayHaveSent(cs corev1.ContainerStatus) bool {
+	if cs.RestartCount > 0 || cs.State.Running != nil {
+		return true
+	}
+	if last := cs.LastTerminationState.Terminated; last != nil && !neverStarted(last) {
+		return true
+	}
+	t := cs.State.Terminated
+	switch {
+	case t == nil:
+		return false
+	case mcpCallOwnOutcome(t):
+		return false
+	case t.ExitCode == mcpcall.ExitMayHaveRun:
+		return true
+	}
+	return !neverStarted(t)
+}
+
+// neverStarted reports whether a terminated container never ran: no start time, and not the
+// kubelet's "status unknown" (it writes that for a container it lost track of, which may have run).
+func neverStarted(t *corev1.ContainerStateTerminated) bool {
+	return t.StartedAt.IsZero() && t.Reason != containerStatusUnknown
+}
+
+// containerStatusUnknown is the kubelet's reason for a container it could not locate when the Pod
+// was deleted or terminated (k8s.io/kubernetes/pkg/kubelet/container.ContainerReasonStatusUnknown).
+const containerStatusUnknown = "ContainerStatusUnknown"
+
+// mcpCallOwnOutcome reports whether the terminated mcp-call container ended with one of its own
+// outcomes that settle whether the tool ran: the tool's error (exit 1), the call never sent (exit 2),
+// the server's refusal (exit 4), each with the message mcp-call writes for it. The kubelet's own
+// reasons (OOMKilled, ContainerStatusUnknown) and a Go runtime crash (exit 2 without mcp-call's
+// message) are not such outcomes.
+func mcpCallOwnOutcome(t *corev1.ContainerStateTerminated) bool {
+	if t.Reason == "OOMKilled" || t.Reason == containerStatusUnknown || t.Signal != 0 {
+		return false
+	}
+	switch t.ExitCode {
+	case mcpcall.ExitToolError:
+		return t.Message != ""
+	case mcpcall.ExitNotRun:
+		return strings.HasSuffix(t.Message, mcpcall.NotCalled)
+	case mcpcall.ExitRefused:
+		return strings.HasSuffix(t.Message, mcpcall.DidNotRun)
 	}
 	return false
 }

@@ -11,6 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/mcpserver"
+	"toolgate.dev/toolgate/internal/mcpcall"
 )
 
 // toolPod is a Pod of the tool's Job with one init container and one container, in the given states.
@@ -173,4 +175,62 @@ func haveImageOutcome(phase tg.ToolCallPhase, message string) OmegaMatcher {
 		HaveField("Reason", tg.ReasonImageUnavailable),
 		HaveField("Message", message),
 	)
+}
+
+// The Job of an MCPServer's Tool failed: mcpCallLost says the tool may have run unless mcp-call's own
+// words settle it (the tool's error, "not called", "did not run"), or its container never started.
+// It fails closed: a kill for memory, an eviction, a signal, a deadline that stopped a running
+// container, a container the kubelet lost, a runtime crash (exit 2 without mcp-call's message) and
+// an exit 3 all end ToolMayHaveRun.
+func TestMCPCallLostFailsClosed(t *testing.T) {
+	started := metav1.Now()
+	term := func(exit int32, reason, msg string) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: reason, Message: msg, StartedAt: started}}
+	}
+	notCalled := "The call to echo could not be sent to the MCP server: dial tcp: connection refused. " + mcpcall.NotCalled
+	refused := "The MCP server refused the call to echo (JSON-RPC error -32602): invalid params. " + mcpcall.DidNotRun
+	for _, c := range []struct {
+		name  string
+		state corev1.ContainerState
+		last  corev1.ContainerState
+		other bool // the container is not mcp-call
+		want  bool
+	}{
+		{"lost after sending (exit 3)", term(mcpcall.ExitMayHaveRun, "Error", "The connection ... the tool may have run."), corev1.ContainerState{}, false, true},
+		{"not called (exit 2, its message)", term(mcpcall.ExitNotRun, "Error", notCalled), corev1.ContainerState{}, false, false},
+		{"refused (exit 4, its message)", term(mcpcall.ExitRefused, "Error", refused), corev1.ContainerState{}, false, false},
+		{"the tool's error (exit 1)", term(mcpcall.ExitToolError, "Error", "MCP error -32602: Input validation error"), corev1.ContainerState{}, false, false},
+		{"killed for memory, no message", term(137, "OOMKilled", ""), corev1.ContainerState{}, false, true},
+		{"killed for memory with exit 2", term(mcpcall.ExitNotRun, "OOMKilled", notCalled), corev1.ContainerState{}, false, true},
+		{"Go runtime crash (exit 2, no message)", term(mcpcall.ExitNotRun, "Error", ""), corev1.ContainerState{}, false, true},
+		{"exit 2 with another message", term(mcpcall.ExitNotRun, "Error", "fatal error: runtime: out of memory"), corev1.ContainerState{}, false, true},
+		{"exit 4 without its message", term(mcpcall.ExitRefused, "Error", ""), corev1.ContainerState{}, false, true},
+		{"signal (SIGTERM at eviction)", term(143, "Error", ""), corev1.ContainerState{}, false, true},
+		{"exit 0 in a failed Job", term(0, "Completed", "Echo: hi"), corev1.ContainerState{}, false, true},
+		{"running when the Job failed (deadline)", running, corev1.ContainerState{}, false, true},
+		{"status unknown (node lost, Pod deleted)", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: containerStatusUnknown}}, corev1.ContainerState{}, false, true},
+		{"never started: still waiting", waiting("ContainerCreating"), corev1.ContainerState{}, false, false},
+		{"never started: terminated without a start", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}, corev1.ContainerState{}, false, false},
+		{"restarted after a run that may have sent", term(mcpcall.ExitNotRun, "Error", notCalled), term(137, "OOMKilled", ""), false, true},
+		{"another container killed for memory", term(137, "OOMKilled", ""), corev1.ContainerState{}, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := mcpserver.ExecutorContainer
+			if c.other {
+				name = "tool"
+			}
+			pod := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+				Name: name, State: c.state, LastTerminationState: c.last,
+			}}}}
+			if got := mcpCallLost([]corev1.Pod{pod}); got != c.want {
+				t.Fatalf("mcpCallLost = %v, want %v", got, c.want)
+			}
+		})
+	}
+	// One Pod that may have sent is enough, whatever the others say.
+	sent := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, State: term(137, "OOMKilled", "")}}}}
+	said := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, State: term(mcpcall.ExitNotRun, "Error", notCalled)}}}}
+	if !mcpCallLost([]corev1.Pod{said, sent}) {
+		t.Fatal("a Pod killed for memory was outweighed by another that was not called")
+	}
 }
