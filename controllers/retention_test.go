@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -215,4 +216,35 @@ func TestForgedFinishedStatusDoesNotDeleteARunningJob(t *testing.T) {
 
 	h.FinishJob(running.Status.JobName, true, `{"refunded":true}`)
 	h.WaitGone("refund", 30*time.Second)
+}
+
+// A Tool's finished calls keep their retention when the Tool goes: deleted (as an MCPServer deletes
+// the Tool of a tool its server no longer offers), its calls do not fall back to the manager's far
+// shorter TTL, and are kept until a Tool carries the toolName again, whose TTL then applies. A call
+// that never found a Tool follows the manager's TTL.
+func TestFinishedCallsOfADeletedToolKeepTheirRetention(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	h := th.New(t, env, th.WithClock(clk), th.WithFinishedCallTTL(time.Minute))
+	g := h.G
+	ctx := context.Background()
+	forever := h.Tool("rotate-key", "rotate_key", "", denyingTool(ptr.To(time.Duration(0))))
+	h.ToolCall("rotate", "rotate_key", `{}`, time.Hour, nil)
+	h.ToolCall("nowhere", "no_such_tool", `{}`, time.Hour, nil)
+	g.Expect(h.WaitPhase("rotate", tg.PhaseRejected).Status.Reason).To(Equal(tg.ReasonPolicyDenied))
+	g.Expect(h.WaitPhase("nowhere", tg.PhaseRejected).Status.Reason).To(Equal(tg.ReasonUnknownTool))
+
+	g.Expect(h.K8s.Delete(ctx, forever)).To(Succeed())
+	g.Eventually(func() error {
+		return h.K8s.Get(ctx, client.ObjectKeyFromObject(forever), &tg.Tool{})
+	}).Should(Satisfy(apierrors.IsNotFound))
+	clk.SetTime(clk.Now().Add(2 * time.Hour))
+	h.Restart()
+	h.WaitGone("nowhere", 30*time.Second)
+	g.Consistently(toolCallExists(h, "rotate")).WithTimeout(3*time.Second).Should(BeTrue(),
+		"kept: its Tool kept its calls forever, and the manager's minute is not its retention")
+
+	// A Tool that carries the toolName again brings its own TTL, here an hour: the call, finished
+	// two hours ago, goes.
+	h.Tool("rotate-key-v2", "rotate_key", "", denyingTool(ptr.To(time.Hour)))
+	h.WaitGone("rotate", 30*time.Second)
 }

@@ -45,7 +45,7 @@ func TestSchemaRefsOutsideTheSchemaAreRefused(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"reads-fifo", "reads-file"} {
-		g.Eventually(ready(name)).WithTimeout(30 * time.Second).Should(And(
+		g.Eventually(ready(name)).WithTimeout(30*time.Second).Should(And(
 			HaveField("Status", metav1.ConditionFalse),
 			HaveField("Reason", tg.ReasonInvalidArgumentsSchema),
 			HaveField("Message", ContainSubstring("spec.argumentsSchema may refer only to its own parts")),

@@ -21,7 +21,8 @@ import (
 )
 
 // retire deletes a finished ToolCall once its time to live has passed (lifecycle.DeleteAt), or
-// requeues it for that moment. It is reached only for a call in a terminal phase whose finalizer was
+// requeues it for that moment. A call decided with a Tool whose toolName no Tool carries any more
+// is kept: its Tool's TTL is not known, and the manager's may be far shorter. It is reached only for a call in a terminal phase whose finalizer was
 // just removed (or whose removal met a newer write, which makes the delete below conflict too): no
 // request of it can be pending, so its deletion withdraws nothing at the provider (reconcileDelete
 // has nothing to do for it), and its Job, owned by it, goes with it through the garbage collector. A restart cannot run the tool again: the ToolCall is gone, and a ToolCall created
@@ -37,6 +38,15 @@ func (r *Reconciler) retire(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, 
 	tools := &tg.ToolList{}
 	if err := r.List(ctx, tools, client.InNamespace(tc.Namespace), client.MatchingFields{ToolNameField: tc.Spec.Tool}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the Tools of namespace %s from the cache: %w", tc.Namespace, err)
+	}
+	if !anyLiveTool(tools.Items) && foundItsTool(tc) {
+		// No Tool carries its toolName any more (deleted, renamed, or removed by its MCPServer): the
+		// call keeps its record rather than fall back to the manager's TTL, which may be far shorter
+		// than its Tool's (0, forever). A Tool that carries the toolName again brings its TTL back
+		// (toolRetentionChanged reconciles the call then). A call that never found its Tool has no
+		// Tool's retention to keep: the manager's TTL applies.
+		logf.FromContext(ctx).V(1).Info("a finished ToolCall whose Tool is gone is kept", "tool", tc.Spec.Tool)
+		return ctrl.Result{}, nil
 	}
 	ttl := lifecycle.FinishedCallTTL(tools.Items, tc.Spec.Tool, r.FinishedCallTTL)
 	at, ok := lifecycle.DeleteAt(tc, ttl)
@@ -65,6 +75,23 @@ func (r *Reconciler) retire(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, 
 	finishedCallsDeleted.WithLabelValues(string(tc.Status.Phase)).Inc()
 	logf.FromContext(ctx).Info("deleted a finished ToolCall whose time to live had passed", "phase", tc.Status.Phase, "ttl", ttl, "expiredAt", at)
 	return ctrl.Result{}, nil
+}
+
+// anyLiveTool reports whether one of tools (those carrying a call's toolName) is not being deleted.
+func anyLiveTool(tools []tg.Tool) bool {
+	for i := range tools {
+		if tools[i].DeletionTimestamp.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// foundItsTool reports whether the finished call was decided with a Tool: it did not end rejected
+// for want of one single Tool with its toolName.
+func foundItsTool(tc *tg.ToolCall) bool {
+	return tc.Status.Phase != tg.PhaseRejected ||
+		(tc.Status.Reason != tg.ReasonUnknownTool && tc.Status.Reason != tg.ReasonAmbiguousTool)
 }
 
 // jobRunning reports whether the call's Job (by the name derived from its UID, not by its status)
