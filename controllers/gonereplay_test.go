@@ -144,8 +144,10 @@ func (c *gatedCache) GetInformer(ctx context.Context, obj client.Object, opts ..
 // handler that holds removals despite the finalizer (holdGone): a removal the informer sees in
 // between reaches that handler neither then nor later. The replay from the saved position covers it
 // only if it reads the present after the handler was added; read at the leader's start, as before,
-// it ended before that removal, and the request stayed pending until its deadline (the asynchronous
-// chaos run, seed 1796604931759631216: "deleted at once, removed despite the finalizer").
+// it could end before that removal, and the request stayed pending until its deadline (the
+// asynchronous chaos run, seed 1796604931759631216: "deleted at once, removed despite the
+// finalizer"). The order itself is pinned by TestReplayReadsThePresentOnlyOnceTheRemovalsWatchSynced
+// (controllers/toolcall); this test follows the removal through the whole path.
 func TestRemovalBeforeTheLeadersWatchIsAddedIsWithdrawn(t *testing.T) {
 	s := newGoneScenario(t)
 	h, g := s.h, s.h.G
