@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,13 +50,14 @@ const (
 	invNoRace        = "runs whose DELETEs met no racing decision although the first ones are set to"
 	invNoNotified    = "asynchronous runs with no notification delivered and recorded on a ToolCall (nothing proved)"
 	invOrphaned      = "requests pending, or approved after the liveness bound, for ToolCalls that no longer exist"
+	invNoCursor      = "runs in which no manager saved the position of withdrawn removals (Lease toolgate-gone-cursor), so none could replay the removals since a kill (nothing proved)"
 )
 
 var invariantOrder = []string{
 	invNotTerminal, invUnapprovedJob, invMultiJob, invTimeoutDenied, invDuplicate, invJobLost, invWrongVersion,
 	invPolicyAsked, invDeletedRan, invNotProviders,
 	invNotLive, invUnexplained, invLeftPending, invNotCancelled, invNothingToRun, invFewKills, invFaultsMissing, invNoRace, invOrphaned,
-	invNoNotified,
+	invNoNotified, invNoCursor,
 }
 
 // outcome is one ToolCall's end as the audit saw it.
@@ -131,6 +134,7 @@ func audit(ctx context.Context, t *testing.T, h *th.Harness, all []*call, versio
 	for _, k := range invariantOrder {
 		rep.bad[k] = nil
 	}
+	rep.goneCursor(ctx, h)
 	keys, err := keysOf()
 	g.Expect(err).NotTo(HaveOccurred())
 	requests, err := h.Provider.List("")
@@ -331,6 +335,20 @@ func (r *report) cancellation(ctx context.Context, h *th.Harness, c *call, submi
 	if req.DeadlineAt.Sub(c.deletedAt) >= r.bound {
 		r.flag(invNotCancelled, "%s: deleted at %s, %s before its request's deadline, which expired it; its events: %s",
 			c.name, c.deletedAt.UTC().Format("15:04:05.000"), req.DeadlineAt.Sub(c.deletedAt).Round(time.Millisecond), eventsOf(ctx, h, c.name))
+	}
+}
+
+// goneCursor checks that the managers kept the position in the ToolCall watch up to which every
+// removal despite the finalizer was withdrawn, without which a removal between a kill and the next
+// start is never replayed.
+func (r *report) goneCursor(ctx context.Context, h *th.Harness) {
+	lease := &coordinationv1.Lease{}
+	if err := h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "toolgate-gone-cursor"}, lease); err != nil {
+		r.flag(invNoCursor, "reading the Lease: %v", err)
+		return
+	}
+	if _, err := strconv.ParseUint(lease.Annotations[tg.AnnotationGoneCursor], 10, 64); err != nil {
+		r.flag(invNoCursor, "annotation %s: %v", tg.AnnotationGoneCursor, err)
 	}
 }
 
