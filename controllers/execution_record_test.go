@@ -128,8 +128,8 @@ func TestJobWithACopiedProofIsNotTheCallsRecord(t *testing.T) {
 }
 
 // The call's own Job deleted while it runs and replaced by another under its name, even one that
-// carries the copied proof: the call ends Failed (ForeignJob), saying the tool may have run, and the
-// replacement's result is not taken.
+// carries the copied proof: the recorded UID differs, so the call ends Failed (ForeignJob), saying
+// the tool may have run, and the replacement's result is not taken.
 func TestReplacedJobIsNotTheCallsRecord(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
@@ -142,6 +142,8 @@ func TestReplacedJobIsNotTheCallsRecord(t *testing.T) {
 	g.Expect(h.K8s.Get(ctx, client.ObjectKey{Namespace: h.NS, Name: running.Status.JobName}, own)).To(Succeed())
 	g.Eventually(func() string { return string(h.Get("refund").Status.JobUID) }).Should(Equal(string(own.UID)))
 
+	// Swapped while no manager watches (a manager that sees the deletion first reports JobMissing).
+	h.StopManager()
 	g.Expect(h.K8s.Delete(ctx, own, client.Preconditions{UID: &own.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 	g.Eventually(func() error { return h.K8s.Get(ctx, client.ObjectKeyFromObject(own), &batchv1.Job{}) }).Should(Satisfy(func(err error) bool {
 		return client.IgnoreNotFound(err) == nil && err != nil
@@ -149,6 +151,7 @@ func TestReplacedJobIsNotTheCallsRecord(t *testing.T) {
 	replacement := forgedJob(h, tc, map[string]string{tg.AnnotationExecutionProof: own.Annotations[tg.AnnotationExecutionProof]})
 	forged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged-pod", Labels: replacement.Spec.Template.Labels}, Spec: *replacement.Spec.Template.Spec.DeepCopy()}
 	finishWithResult(h, replacement, forged, `{"refund":"forged"}`)
+	h.Start()
 
 	failed := h.WaitPhase("refund", tg.PhaseFailed)
 	g.Expect(failed.Status.Reason).To(Equal(tg.ReasonForeignJob))
