@@ -70,11 +70,16 @@ func newAuthWorldWith(t *testing.T, o Options) *world {
 			cfg.WrapTransport = o.Auth.Config.WrapTransport
 		}
 		g := h.G
-		g.Expect(h.K8s.Create(context.Background(), &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: "mcp-gateway"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcp-gateway"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: gatewayUser}},
-		})).To(Succeed())
+		// The test's namespace holds only callers: the gateway may act as each of its ServiceAccounts.
+		// The impersonator's binding first: the authorizer sees RoleBindings in the order they were
+		// written, so the wait below for the other covers both.
+		for _, role := range []string{"mcp-gateway-impersonator", "mcp-gateway"} {
+			g.Expect(h.K8s.Create(context.Background(), &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: role},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: gatewayUser}},
+			})).To(Succeed())
+		}
 		c, err := client.New(cfg, client.Options{Scheme: toolcall.Scheme()})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Eventually(func() error {

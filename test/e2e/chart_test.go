@@ -56,7 +56,8 @@ func TestChartUpgradeCallThroughTheGatewayAndUninstall(t *testing.T) {
 	helm := newHelm(t, g)
 	t.Cleanup(func() { helm.restore(t) })
 
-	helm.upgrade(g, map[string]any{"replicaCount": 2, "mcpGateway": map[string]any{"enabled": true, "namespace": ns}})
+	// The gateway acts only as its caller, the agent below (mcpGateway.callers).
+	helm.upgrade(g, map[string]any{"replicaCount": 2, "mcpGateway": map[string]any{"enabled": true, "namespace": ns, "callers": []any{"agent"}}})
 	waitManagerReady(g)
 	g.Expect(managerPods(g)).To(HaveLen(2))
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: "toolgate-controller-manager"}, &policyv1.PodDisruptionBudget{})).To(Succeed())

@@ -396,27 +396,79 @@ finishedToolCallTTL: 720h`)
 		svc := as[corev1.Service](g, r, "Service "+release+"/toolgate-mcp")
 		g.Expect(labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(gw.Spec.Template.Labels))).To(BeTrue())
 		g.Expect(labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(mgr.Spec.Template.Labels))).To(BeFalse())
+		gatewaySA := rbacv1.Subject{Kind: "ServiceAccount", Name: "toolgate-mcp", Namespace: release}
 		rb := as[rbacv1.RoleBinding](g, r, "RoleBinding payments/toolgate-mcp-"+release)
 		g.Expect(rb.RoleRef.Name).To(Equal("toolgate-mcp-gateway"))
-		g.Expect(rb.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: "toolgate-mcp", Namespace: release}))
+		g.Expect(rb.Subjects).To(ConsistOf(gatewaySA))
 		crb := as[rbacv1.ClusterRoleBinding](g, r, "ClusterRoleBinding /toolgate-mcp-"+release+"-authenticator")
 		g.Expect(crb.RoleRef.Name).To(Equal("toolgate-mcp-gateway-authenticator"))
-		g.Expect(r).To(HaveKey("ClusterRole /toolgate-mcp-gateway"), "the roles it binds ship with the chart")
+		for _, role := range []string{"toolgate-mcp-gateway", "toolgate-mcp-gateway-impersonator", "toolgate-mcp-gateway-authenticator"} {
+			g.Expect(r).To(HaveKey("ClusterRole /"+role), "the roles it binds ship with the chart")
+		}
+		// No callers listed, in another namespace than the release's: it acts as that namespace's
+		// ServiceAccounts, and only there.
+		imp := as[rbacv1.RoleBinding](g, r, "RoleBinding payments/toolgate-mcp-"+release+"-impersonator")
+		g.Expect(imp.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolgate-mcp-gateway-impersonator"}))
+		g.Expect(imp.Subjects).To(ConsistOf(gatewaySA))
+		g.Expect(r).NotTo(HaveKey("Role payments/toolgate-mcp-" + release + "-callers"))
+		for _, rule := range as[rbacv1.ClusterRole](g, r, "ClusterRole /toolgate-mcp-gateway").Rules {
+			g.Expect(rule.Verbs).NotTo(ContainElement("impersonate"), "the role bound for its work in the served namespace impersonates nobody")
+		}
 
-		plain := render(t, `mcpGateway: {enabled: true}`)
-		gw = as[appsv1.Deployment](g, plain, "Deployment "+release+"/toolgate-mcp")
+		// Its callers listed, in the release namespace: a Role that may impersonate them by name.
+		listed := render(t, `mcpGateway: {enabled: true, callers: [refund-agent, billing-agent]}`)
+		gw = as[appsv1.Deployment](g, listed, "Deployment "+release+"/toolgate-mcp")
 		g.Expect(gw.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--namespace="+release, "--url=http://toolgate-mcp."+release+".svc:8090/mcp"))
 		g.Expect(gw.Spec.Template.Spec.Containers[0].Image).To(Equal("toolgate-mcp:0.1.0"))
+		callers := as[rbacv1.Role](g, listed, "Role "+release+"/toolgate-mcp-"+release+"-callers")
+		g.Expect(callers.Rules).To(ConsistOf(rbacv1.PolicyRule{
+			APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"},
+			ResourceNames: []string{"refund-agent", "billing-agent"},
+		}))
+		crb2 := as[rbacv1.RoleBinding](g, listed, "RoleBinding "+release+"/toolgate-mcp-"+release+"-callers")
+		g.Expect(crb2.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "toolgate-mcp-" + release + "-callers"}))
+		g.Expect(crb2.Subjects).To(ConsistOf(gatewaySA))
+		g.Expect(listed).NotTo(HaveKey("RoleBinding "+release+"/toolgate-mcp-"+release+"-impersonator"), "nothing lets it act as the release namespace's other ServiceAccounts")
+		// In another namespace, a ServiceAccount named like the manager's is someone else's.
+		elsewhere := render(t, `mcpGateway: {enabled: true, namespace: payments, callers: [toolgate-controller-manager]}`)
+		g.Expect(as[rbacv1.Role](g, elsewhere, "Role payments/toolgate-mcp-"+release+"-callers").Rules[0].ResourceNames).To(Equal([]string{"toolgate-controller-manager"}))
+	})
+
+	t.Run("the MCP gateway never acts as the manager", func(t *testing.T) {
+		for values, want := range map[string][]string{
+			`mcpGateway: {enabled: true}`: {
+				"mcpGateway.callers is empty and the gateway serves the release namespace " + release,
+				"where the manager's ServiceAccount lives", "List the ServiceAccounts of " + release + " that call the gateway in mcpGateway.callers", "mcpGateway.namespace",
+			},
+			`mcpGateway: {enabled: true, namespace: ` + release + `}`: {"mcpGateway.callers is empty and the gateway serves the release namespace " + release},
+			`mcpGateway: {enabled: true, callers: [refund-agent, toolgate-controller-manager]}`: {
+				"mcpGateway.callers names toolgate-controller-manager, a ServiceAccount of this release in its namespace " + release + " (the manager's)",
+				"Remove it from mcpGateway.callers",
+			},
+			`mcpGateway: {enabled: true, callers: [toolgate-mcp]}`: {"mcpGateway.callers names toolgate-mcp, a ServiceAccount of this release in its namespace " + release + " (the gateway's own)"},
+		} {
+			_, err := renderWith(t, values)
+			g := NewWithT(t)
+			g.Expect(err).To(HaveOccurred(), values)
+			for _, w := range want {
+				g.Expect(err.Error()).To(ContainSubstring(w), values)
+			}
+		}
+		// Off, the gateway asks for nothing.
+		NewWithT(t).Expect(render(t, `mcpGateway: {enabled: false}`)).NotTo(HaveKey(HaveSuffix("-callers")))
 	})
 
 	t.Run("the schema refuses bad values with their path", func(t *testing.T) {
 		for values, want := range map[string]string{
-			`replicaCount: 0`:                        "/replicaCount",
-			`mcpGatway: {enabled: true}`:             "mcpGatway",
-			`provider: {url: "ftp://example.com"}`:   "/provider/url",
-			`extraArgs: [max-concurrent-reconciles]`: "/extraArgs/0",
-			`mcpGateway: {waitingLimit: ten}`:        "/mcpGateway/waitingLimit",
-			`image: {pullPolicy: Sometimes}`:         "/image/pullPolicy",
+			`replicaCount: 0`:                                                        "/replicaCount",
+			`mcpGatway: {enabled: true}`:                                             "mcpGatway",
+			`provider: {url: "ftp://example.com"}`:                                   "/provider/url",
+			`extraArgs: [max-concurrent-reconciles]`:                                 "/extraArgs/0",
+			`mcpGateway: {waitingLimit: ten}`:                                        "/mcpGateway/waitingLimit",
+			`mcpGateway: {callers: ["system:serviceaccount:payments:refund-agent"]}`: "/mcpGateway/callers/0",
+			`mcpGateway: {callers: [refund-agent, refund-agent]}`:                    "/mcpGateway/callers",
+			`mcpGateway: {callers: refund-agent}`:                                    "/mcpGateway/callers",
+			`image: {pullPolicy: Sometimes}`:                                         "/image/pullPolicy",
 		} {
 			_, err := renderWith(t, values)
 			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(want)), values)

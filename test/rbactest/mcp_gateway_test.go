@@ -11,12 +11,16 @@ import (
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -38,8 +42,10 @@ var mcpGatewayPermissions = map[string]map[string]string{
 		"list tools.toolgate.dev":                               "tools/list, and the informer that announces changes",
 		"watch tools.toolgate.dev":                              "the informer that announces changes",
 		"delete toolcalls.toolgate.dev":                         "withdraws, as itself, the ToolCalls it created whose callers are gone, whatever the callers may do; bound by a RoleBinding, only in its namespace",
-		"impersonate serviceaccounts":                           "creates each ToolCall as its caller; bound by a RoleBinding, only the namespace's ServiceAccounts",
 		"create localsubjectaccessreviews.authorization.k8s.io": "asks whether a caller may call a Tool (tools/list, and before each call)",
+	},
+	"mcp-gateway-impersonator": {
+		"impersonate serviceaccounts": "creates each ToolCall as its caller; bound by a RoleBinding, only in a namespace whose ServiceAccounts are all callers (a Role of the callers by name is the other way)",
 	},
 	"mcp-gateway-authenticator": {
 		"create tokenreviews.authentication.k8s.io":                                               "checks the callers' bearer tokens",
@@ -115,12 +121,22 @@ func TestMCPGatewayRolesStayWithinTheirAllowList(t *testing.T) {
 		"the authenticator role is bound cluster-wide: ToolCall permissions belong in mcp-gateway, bound by a RoleBinding")
 	g.Expect(mcpGatewayPermissions["mcp-gateway"]).To(HaveKey("delete toolcalls.toolgate.dev"),
 		"the gateway withdraws abandoned calls as itself")
+	// Whoever takes the gateway over acts as whom it may impersonate: the role bound for its work in
+	// the served namespace impersonates nobody (bound in Toolgate's own namespace it would make the
+	// gateway the manager), and the cluster-wide one no user, group or ServiceAccount.
+	g.Expect(mcpGatewayPermissions["mcp-gateway"]).NotTo(HaveKey(HavePrefix("impersonate")),
+		"impersonating the callers belongs in mcp-gateway-impersonator or a Role of the callers by name, bound on its own")
+	for _, p := range []string{"impersonate users", "impersonate groups", "impersonate serviceaccounts"} {
+		g.Expect(mcpGatewayPermissions["mcp-gateway-authenticator"]).NotTo(HaveKey(p), "the authenticator role is bound cluster-wide")
+	}
 }
 
 // The MCP gateway's roles, applied as shipped and bound as their header comment says, on a real
 // kube-apiserver: the gateway's ServiceAccount may delete a ToolCall in the namespace it serves (the
 // withdrawal of a call it created, with its UID precondition), and nothing else on ToolCalls there,
-// and not even that in another namespace.
+// and not even that in another namespace. It may act as the callers its Role names and as nobody
+// else: not another ServiceAccount of its namespace, not itself, not the manager. A gateway bound
+// to the impersonator ClusterRole in a namespace acts as any ServiceAccount there, and nowhere else.
 func TestMCPGatewayRolesOnARealAPIServer(t *testing.T) {
 	g := NewWithT(t)
 	logf.SetLogger(logr.Discard())
@@ -145,7 +161,9 @@ func TestMCPGatewayRolesOnARealAPIServer(t *testing.T) {
 	seq := 0
 	f := &fixture{t: t, ctx: ctx, admin: admin, seq: &seq}
 
-	for _, ns := range []string{tenant, other} {
+	// The manager's ServiceAccount, in Toolgate's own namespace, as the chart and config/default name it.
+	const toolgateNS, managerSA = "toolgate-system", "toolgate-controller-manager"
+	for _, ns := range []string{tenant, other, toolgateNS} {
 		f.must(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	for _, doc := range documentSeparator.Split(string(data), -1) {
@@ -165,17 +183,47 @@ func TestMCPGatewayRolesOnARealAPIServer(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcp-gateway"},
 		Subjects:   []rbacv1.Subject{subjectSA},
 	})
+	// Its callers, by name: refund-agent only.
+	const caller = "refund-agent"
+	f.must(&rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: sa + "-callers"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: []string{caller, "billing-agent"}}},
+	})
+	f.must(&rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: sa + "-callers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: sa + "-callers"},
+		Subjects:   []rbacv1.Subject{subjectSA},
+	})
 	f.must(&rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: sa + "-authenticator"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcp-gateway-authenticator"},
 		Subjects:   []rbacv1.Subject{subjectSA},
 	})
+	// Another gateway, payments:agents-gateway, bound to the impersonator ClusterRole in the namespace
+	// it serves, elsewhere.
+	const anySA = "agents-gateway"
+	f.must(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: anySA}})
+	f.must(&rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: anySA + "-impersonator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcp-gateway-impersonator"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: tenant, Name: anySA}},
+	})
+	for _, a := range []types.NamespacedName{{Namespace: tenant, Name: caller}, {Namespace: tenant, Name: "deployer"}, {Namespace: other, Name: caller}, {Namespace: toolgateNS, Name: managerSA}} {
+		f.must(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Name}})
+	}
 	user, groups := serviceAccountUser(tenant, sa)
 	u, err := env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	gw := &subject{user: user, groups: groups, config: u.Config()}
 	gw.client, err = client.NewWithWatch(gw.config, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
+	anyUser, anyGroups := serviceAccountUser(tenant, anySA)
+	au, err := env.AddUser(envtest.User{Name: anyUser, Groups: anyGroups}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	anyGW := &subject{user: anyUser, groups: anyGroups, config: au.Config()}
+	anyGW.client, err = client.NewWithWatch(anyGW.config, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	subjects := map[string]*subject{"gateway": gw, "impersonator gateway": anyGW}
 
 	const toolgate = "toolgate.dev"
 	allow := func(verb, resource, ns string, do func(*fixture, client.WithWatch) error) access {
@@ -205,18 +253,52 @@ func TestMCPGatewayRolesOnARealAPIServer(t *testing.T) {
 		deny("patch", "toolcalls/status", tenant, patchToolCallStatus(tenant)),
 		allow("list", "tools", tenant, listTools(tenant)),
 		deny("list", "tools", other, listTools(other)),
+		actAs("gateway", gw, tenant, caller, true).changing("acts as a caller its Role names"),
+		actAs("gateway", gw, tenant, "deployer", false).changing("acts as a ServiceAccount of its namespace that is no caller"),
+		actAs("gateway", gw, tenant, sa, false).changing("acts as itself through impersonation"),
+		actAs("gateway", gw, other, caller, false).changing("acts as a caller's namesake elsewhere"),
+		actAs("gateway", gw, toolgateNS, managerSA, false).changing("becomes the manager"),
+		actAs("impersonator gateway", anyGW, other, caller, true).changing("acts as a ServiceAccount of the namespace it serves"),
+		actAs("impersonator gateway", anyGW, tenant, caller, false).changing("acts as a ServiceAccount of its own namespace"),
+		actAs("impersonator gateway", anyGW, toolgateNS, managerSA, false).changing("becomes the manager"),
 	}
-	waitForBindings(t, admin, map[string]*subject{"gateway": gw}, table)
+	waitForBindings(t, admin, subjects, table)
 	for _, a := range table {
 		t.Run(a.String(), func(t *testing.T) {
 			g := NewWithT(t)
-			err := a.do(&fixture{t: t, ctx: ctx, admin: admin, seq: &seq}, gw.client)
+			s := subjects[a.who]
+			err := a.do(&fixture{t: t, ctx: ctx, admin: admin, seq: &seq}, s.client)
 			if a.allowed {
-				g.Expect(err).NotTo(HaveOccurred(), "the gateway must be allowed to %s %s in %s", a.verb, qualified(a.resource, a.group), a.ns)
+				g.Expect(err).NotTo(HaveOccurred(), "%s must be allowed to %s %s in %s", a.who, a.verb, qualified(a.resource, a.group), a.ns)
 				return
 			}
 			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403 Forbidden, got: %v", err)
-			g.Expect(err.Error()).To(ContainSubstring(forbiddenBy(user, a)), "refused, but not by RBAC for this verb and resource")
+			g.Expect(err.Error()).To(ContainSubstring(forbiddenBy(s.user, a)), "refused, but not by RBAC for this verb and resource")
 		})
 	}
+}
+
+// actAs is the gateway s acting as the ServiceAccount ns/name, as it does to create a caller's ToolCall: a
+// SelfSubjectReview made through impersonation, which any authenticated user may make, so that only
+// the impersonation itself can be refused. Allowed, the apiserver must name the ServiceAccount as
+// the one asking.
+func actAs(who string, s *subject, ns, name string, allowed bool) access {
+	return access{who: who, verb: "impersonate", resource: "serviceaccounts", name: name, ns: ns, allowed: allowed,
+		do: func(f *fixture, _ client.WithWatch) error {
+			cfg := rest.CopyConfig(s.config)
+			want := "system:serviceaccount:" + ns + ":" + name
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: want}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(f.ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if got := review.Status.UserInfo.Username; got != want {
+				return fmt.Errorf("impersonating %s, the apiserver took the request for %s's", want, got)
+			}
+			return nil
+		}}
 }
