@@ -270,3 +270,20 @@ func mcpCallOwnOutcome(t *corev1.ContainerStateTerminated) bool {
 	}
 	return false
 }
+
+// mcpJobLostWithoutPods reports whether a failed Job of an MCPServer's Tool (its template runs the
+// container mcp-call) left no Pod to read although one of its Pods failed: deleted with a lost node
+// or by someone, after it may have sent the call. Nothing says the tool did not run, so it may
+// have. It is mcpCallLost's complement for a Job whose Pods are gone; observeJob reads both:
+// `case mcpCallLost(pods) || mcpJobLostWithoutPods(job, pods):`.
+func mcpJobLostWithoutPods(job *batchv1.Job, pods []corev1.Pod) bool {
+	if len(pods) > 0 || job.Status.Failed == 0 {
+		return false
+	}
+	for _, c := range job.Spec.Template.Spec.Containers {
+		if c.Name == mcpserver.ExecutorContainer {
+			return true
+		}
+	}
+	return false
+}

@@ -234,3 +234,33 @@ func TestMCPCallLostFailsClosed(t *testing.T) {
 		t.Fatal("a Pod killed for memory was outweighed by another that was not called")
 	}
 }
+
+// A failed Job of an MCPServer's Tool whose Pods are gone (a lost node, a deletion) may have sent
+// the call, once one of its Pods failed; a Job of another Tool, a Job with Pods to read, and a Job
+// none of whose Pods failed say nothing so.
+func TestMCPJobLostWithoutPods(t *testing.T) {
+	mcpJob := func(failed int32) *batchv1.Job {
+		j := &batchv1.Job{}
+		j.Spec.Template.Spec.Containers = []corev1.Container{{Name: mcpserver.ExecutorContainer}}
+		j.Status.Failed = failed
+		return j
+	}
+	other := mcpJob(1)
+	other.Spec.Template.Spec.Containers[0].Name = "tool"
+	pod := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, State: waiting("ContainerCreating")}}}}
+	for _, c := range []struct {
+		name string
+		job  *batchv1.Job
+		pods []corev1.Pod
+		want bool
+	}{
+		{"MCP Job, a Pod failed, Pods gone", mcpJob(1), nil, true},
+		{"MCP Job, no Pod failed", mcpJob(0), nil, false},
+		{"MCP Job with a Pod to read", mcpJob(1), []corev1.Pod{pod}, false},
+		{"another Tool's Job", other, nil, false},
+	} {
+		if got := mcpJobLostWithoutPods(c.job, c.pods); got != c.want {
+			t.Errorf("%s: mcpJobLostWithoutPods = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
