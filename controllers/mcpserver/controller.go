@@ -137,7 +137,7 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 		return readiness.Retrying, tg.ReasonServerUnreachable,
 			fmt.Sprintf("Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary), nil
 	}
-	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg)
+	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg, srv.Generation)
 	entries, conflicts, over, err := r.syncTools(ctx, srv, tools, conn)
 	if err != nil {
 		return "", "", "", err
@@ -146,6 +146,10 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 	if over != nil {
 		reason, words := overLimit(over)
 		return readiness.Stalled, reason, fmt.Sprintf("Some exposed tools get no Tool (status.tools says which): %s.", words), nil
+	}
+	if over := r.listeners.overLimit(client.ObjectKeyFromObject(srv)); over != nil {
+		reason, words := overLimit(over)
+		return readiness.Stalled, reason, fmt.Sprintf("The tools were listed, but on the session that follows the server's notifications %s: they are no longer followed until the MCPServer's spec or settings change (the listing every spec.refreshInterval goes on).", words), nil
 	}
 	if len(conflicts) > 0 {
 		return readiness.Stalled, tg.ReasonToolNameConflict,

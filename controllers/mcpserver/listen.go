@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
@@ -41,9 +42,11 @@ type listeners struct {
 }
 
 type listener struct {
-	settings string // what the session was opened with: a change opens another
-	cancel   context.CancelFunc
-	done     chan struct{}
+	settings   string // what the session was opened with: a change opens another
+	generation int64  // the MCPServer's, when it was opened
+	cancel     context.CancelFunc
+	done       chan struct{}
+	over       atomic.Pointer[mcpclient.LimitError] // the limit the server went over, which ended it
 }
 
 func newListeners(log logr.Logger, opts Options) *listeners {
@@ -70,8 +73,9 @@ func (l *listeners) Start(ctx context.Context) error {
 func (l *listeners) NeedLeaderElection() bool { return true }
 
 // ensure keeps a session open with the server of key, as cfg reaches it: it opens one when there is
-// none, the last one ended, or cfg changed.
-func (l *listeners) ensure(key types.NamespacedName, cfg mcpclient.Config) {
+// none, the last one ended, or cfg changed; but not again, for the same settings and generation,
+// after a session the server ended by going over a limit (it would only go over it again).
+func (l *listeners) ensure(key types.NamespacedName, cfg mcpclient.Config, generation int64) {
 	if l == nil {
 		return
 	}
@@ -84,6 +88,9 @@ func (l *listeners) ensure(key types.NamespacedName, cfg mcpclient.Config) {
 	if cur := l.open[key]; cur != nil {
 		select {
 		case <-cur.done:
+			if cur.over.Load() != nil && cur.settings == settings && cur.generation == generation {
+				return
+			}
 		default:
 			if cur.settings == settings {
 				return
@@ -92,7 +99,7 @@ func (l *listeners) ensure(key types.NamespacedName, cfg mcpclient.Config) {
 		}
 	}
 	ctx, cancel := context.WithCancel(l.base)
-	ln := &listener{settings: settings, cancel: cancel, done: make(chan struct{})}
+	ln := &listener{settings: settings, generation: generation, cancel: cancel, done: make(chan struct{})}
 	l.open[key] = ln
 	go l.listen(ctx, key, cfg, ln)
 }
@@ -107,7 +114,11 @@ func (l *listeners) listen(ctx context.Context, key types.NamespacedName, cfg mc
 		}
 	}
 	go l.pace(ctx, key, pending)
-	s, err := mcpclient.Listen(ctx, cfg, changed)
+	overLimit := func(e *mcpclient.LimitError) {
+		ln.over.Store(e)
+		changed() // the listing that follows reports it
+	}
+	s, err := mcpclient.Listen(ctx, cfg, changed, overLimit)
 	if err != nil {
 		l.log.V(1).Info("following the server's tools failed; the periodic listing goes on", "mcpserver", key, "error", err.Error())
 		return
@@ -150,6 +161,20 @@ func (l *listeners) pace(ctx context.Context, key types.NamespacedName, pending 
 			return
 		}
 	}
+}
+
+// overLimit is the limit the server of key went over on the session that followed it, nil when none
+// did.
+func (l *listeners) overLimit(key types.NamespacedName) *mcpclient.LimitError {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur := l.open[key]; cur != nil {
+		return cur.over.Load()
+	}
+	return nil
 }
 
 // stop closes the session of key, if any: the MCPServer is gone, or its settings no longer hold.

@@ -153,6 +153,8 @@ func ShortName(name string, max int) string {
 type guard struct {
 	base   http.RoundTripper
 	limits Limits
+	// onExceed, when set, hears the first limit the server goes over.
+	onExceed func(*LimitError)
 
 	mu       sync.Mutex
 	read     int64
@@ -196,11 +198,15 @@ func (g *guard) note(f func()) {
 // exceed records that the server went over limit l, and returns the error the read fails with.
 func (g *guard) exceed(l Limit, max int64) error {
 	e := &LimitError{l, max}
+	first := false
 	g.note(func() {
 		if g.exceeded == nil {
-			g.exceeded = e
+			g.exceeded, first = e, true
 		}
 	})
+	if first && g.onExceed != nil {
+		g.onExceed(e)
+	}
 	return e
 }
 

@@ -127,12 +127,14 @@ func connect(ctx context.Context, c Config, requestTimeout time.Duration) (*mcp.
 // Listen opens a session that stays open to hear the server: toolsChanged is called on each
 // notifications/tools/list_changed it sends (over the standalone SSE stream the transport keeps
 // open; each event bounded by Limits.MaxEventBytes). Wait on the session to learn when it ends;
-// close it to stop. A failure to open it is an *Error.
-func Listen(ctx context.Context, c Config, toolsChanged func()) (*mcp.ClientSession, error) {
+// close it to stop. overLimit, when set, hears the first limit the server goes over (the session
+// then ends). A failure to open it is an *Error.
+func Listen(ctx context.Context, c Config, toolsChanged func(), overLimit func(*LimitError)) (*mcp.ClientSession, error) {
 	hc, g, err := c.sessionClient()
 	if err != nil {
 		return nil, err
 	}
+	g.onExceed = overLimit
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: c.Version}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { toolsChanged() },
 	})
