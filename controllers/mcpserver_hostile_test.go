@@ -267,8 +267,11 @@ func TestAFloodOfListChangedCostsOneListingPerInterval(t *testing.T) {
 	g.Eventually(streams.Load).Should(BeEquivalentTo(1), "the manager listens to the server")
 	// The listings before the flood: the first ones, none since.
 	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "everything") }).Should(Equal([]string{"everything--echo"}))
-	before := s.listings.Load()
-	g.Consistently(s.listings.Load).WithTimeout(2 * time.Second).Should(Equal(before))
+	var before int64
+	g.Eventually(func(g Gomega) {
+		before = s.listings.Load()
+		g.Consistently(s.listings.Load).WithTimeout(time.Second).Should(Equal(before))
+	}).WithTimeout(15 * time.Second).Should(Succeed())
 
 	close(start)
 	g.Eventually(sent.Load).Should(BeEquivalentTo(flood))
