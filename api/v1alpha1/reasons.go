@@ -69,6 +69,11 @@ const (
 	// watch (a resourceVersion) up to which every ToolCall the apiserver removed despite its finalizer
 	// has had its request withdrawn; a new leader replays the removals since.
 	AnnotationGoneCursor = "toolgate.dev/gone-cursor"
+	// AnnotationExecutionProof is set by the manager on every Job it creates: a MAC, under a key only
+	// the manager reads (the Secret toolgate-execution-key in its namespace), of the Job's namespace,
+	// its name and the UID of the ToolCall it runs. A Job under a call's name without a valid proof
+	// was made by someone else and never becomes the call's record.
+	AnnotationExecutionProof = "toolgate.dev/execution-proof"
 )
 
 // Reasons of an ApprovalProvider's or ClusterApprovalProvider's Ready condition.
@@ -190,12 +195,23 @@ const (
 const (
 	// ReasonJobFailed: the Job failed (a container exited non-zero, or its deadline passed).
 	ReasonJobFailed = "JobFailed"
-	// ReasonToolMayHaveRun: the Job of a Tool an MCPServer generated sent the call to the MCP server
-	// and lost the connection before the answer (mcp-call's exit code 3): the tool may have run. It
-	// is never called again, and never reported as not run.
+	// ReasonToolMayHaveRun: the Job of a Tool an MCPServer generated failed after the call may have
+	// reached the MCP server (a lost connection, mcp-call's exit code 3, or a kill, an eviction or a
+	// lost node while it ran): the tool may have run. It is never called again, and never reported
+	// as not run.
 	ReasonToolMayHaveRun = "ToolMayHaveRun"
 	// ReasonJobMissing: the Job was deleted before it finished; its outcome is unknown.
 	ReasonJobMissing = "JobMissing"
+	// ReasonForeignJob: a Job under the name of the call's Job was not created by Toolgate (it carries
+	// no valid execution proof, or another UID than the one recorded). Before the start the call ends
+	// Failed without running; a running call whose Job was replaced by such a Job ends Failed, its
+	// outcome unknown. Also the reason of the Warning event that names the Job.
+	ReasonForeignJob = "ForeignJob"
+	// ReasonForeignPod: a Pod that the call's Job counted was not made from the Job's template
+	// (someone else created it, with the Job's selector labels or its owner reference): the Job's
+	// outcome is not the tool's, so the call ends Failed, its outcome unknown. Also the reason of the
+	// Warning event that names the Pod.
+	ReasonForeignPod = "ForeignPod"
 	// ReasonJobRefused: approved, but the apiserver refused the Job as invalid.
 	ReasonJobRefused = "JobRefused"
 	// ReasonInvalidTool: the Tool cannot make the call's Job: gone or ambiguous when the Job was about

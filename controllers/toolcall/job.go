@@ -221,7 +221,7 @@ func (r *Reconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, er
 	switch {
 	case end.succeeded:
 		setStatus(tc, lifecycle.JobSucceeded.Status())
-	case mcpCallLost(pods):
+	case mcpCallLost(pods) || mcpJobLostWithoutPods(job, pods):
 		setStatus(tc, lifecycle.MCPCallLost.Status())
 	case end.failure != "":
 		setStatus(tc, lifecycle.JobFailed.Status(end.failure))

@@ -200,7 +200,7 @@ func TestChartValues(t *testing.T) {
 			g.Expect(kinds).NotTo(HaveKey(absent))
 		}
 		g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 5))
-		g.Expect(kinds).To(HaveKeyWithValue("ValidatingAdmissionPolicy", 4))
+		g.Expect(kinds).To(HaveKeyWithValue("ValidatingAdmissionPolicy", 5))
 		g.Expect(r).NotTo(HaveKey("Service " + release + "/toolgate-aap-receiver"))
 		g.Expect(r).NotTo(HaveKey("Deployment " + release + "/toolgate-mcp"))
 		d, c := managerContainer(g, r)
@@ -212,11 +212,13 @@ func TestChartValues(t *testing.T) {
 			ns := obj["metadata"].(map[string]any)["namespace"]
 			g.Expect(ns == nil || ns == release).To(BeTrue(), "%s is in the release namespace", key)
 		}
-		writers, ok := r["ValidatingAdmissionPolicy /toolgate-toolcall-writers"]
-		g.Expect(ok).To(BeTrue())
-		b, _ := json.Marshal(writers)
-		g.Expect(string(b)).To(ContainSubstring(`'`+release+`'`), "only the manager's ServiceAccount, in the release namespace, writes status")
-		g.Expect(string(b)).NotTo(ContainSubstring(defaultNamespace))
+		for _, name := range []string{"toolgate-toolcall-writers", "toolgate-execution-records"} {
+			writers, ok := r["ValidatingAdmissionPolicy /"+name]
+			g.Expect(ok).To(BeTrue(), name)
+			b, _ := json.Marshal(writers)
+			g.Expect(string(b)).To(ContainSubstring(`'`+release+`'`), "%s names the manager's ServiceAccount in the release namespace", name)
+			g.Expect(string(b)).NotTo(ContainSubstring(defaultNamespace), name)
+		}
 		for key, obj := range r {
 			if obj["kind"] == "CustomResourceDefinition" {
 				g.Expect(obj["metadata"].(map[string]any)["annotations"]).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"), key)

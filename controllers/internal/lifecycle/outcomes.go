@@ -58,8 +58,8 @@ const (
 	JobFailed
 	// JobFailedUnexplained: the Job failed without a reason on its condition.
 	JobFailedUnexplained
-	// MCPCallLost: the Job of an MCPServer's Tool failed because mcp-call lost the connection after
-	// sending the call: the tool may have run.
+	// MCPCallLost: the Job of an MCPServer's Tool failed after mcp-call may have sent the call (a lost
+	// connection, a kill, an eviction, a lost node): the tool may have run.
 	MCPCallLost
 	// ImageNeverArrived: the Job failed while its container waited for its image (the Job's failure,
 	// ImageWaiting's Body of the Running message).
@@ -178,8 +178,9 @@ var table = [outcomes]Row{
 
 	JobFailed:            {tg.PhaseFailed, tg.ReasonJobFailed, "The tool's Job failed (%s); status.result holds the tool's last message, if it wrote one.", ""},
 	JobFailedUnexplained: {tg.PhaseFailed, tg.ReasonJobFailed, "The tool's Job failed; status.result holds the tool's last message, if it wrote one.", ""},
-	MCPCallLost: {tg.PhaseFailed, tg.ReasonToolMayHaveRun, "The call was sent to the MCP server and the connection was lost before its answer: the tool may have run. " +
-		"It was not called again; check the tool's own records before calling it again. status.result holds mcp-call's message.", ""},
+	MCPCallLost: {tg.PhaseFailed, tg.ReasonToolMayHaveRun, "The call may have reached the MCP server and mcp-call did not say how it ended (the connection was lost " +
+		"before the answer, or its container was killed, evicted or lost with its node): the tool may have run. It was not called again; check the tool's own records " +
+		"before calling it again. status.result holds mcp-call's message, if it wrote one.", ""},
 	ImageNeverArrived: {tg.PhaseFailed, tg.ReasonImageUnavailable, "The tool's Job failed (%s) before its container started, so the tool did not run, as last reported by the kubelet. %s", ""},
 	JobDeleted:        {tg.PhaseFailed, tg.ReasonJobMissing, "Job %s was deleted before it finished; its outcome is unknown.", ""},
 	JobRefused:        {tg.PhaseFailed, tg.ReasonJobRefused, "The call was approved but the Job was refused by the cluster (%v).", DidNotRun},
