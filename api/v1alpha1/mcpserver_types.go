@@ -113,7 +113,10 @@ type MCPToolTemplate struct {
 	ExecutionTimeout *metav1.Duration `json:"executionTimeout,omitempty"`
 
 	// approval is each generated Tool's spec.approval (its rules see the call's arguments and
-	// requester). Without it a human decides every call.
+	// requester). Without it a human decides every call. A rule whose action is Approve reaches only
+	// the Tools of tools spec.tools names exactly: a tool exposed only by a glob (one the server adds
+	// later, say) keeps the Deny and Require rules, and its status.tools entry names the rules left
+	// out.
 	// +optional
 	Approval *ApprovalPolicy `json:"approval,omitempty"`
 
