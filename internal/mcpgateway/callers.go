@@ -226,6 +226,32 @@ func (cs *callers) mayCall(ctx context.Context, namespace string, u *authenticat
 	return sar.Status.Allowed, nil
 }
 
+// mayActAs reports whether the gateway's own identity may impersonate the caller, a ServiceAccount:
+// the gateway acts only as the callers an admin allows it (a Role of the callers by name,
+// config/rbac/mcp_gateway_role.yaml; mcpGateway.callers in the chart). It asks with a
+// SelfSubjectAccessReview, which every authenticated identity may create; answers are reused for
+// AccessCacheTTL. A caller that is no ServiceAccount is left to the apiserver (true).
+func (cs *callers) mayActAs(ctx context.Context, u *authenticationv1.UserInfo) (bool, error) {
+	ns, name, ok := strings.Cut(strings.TrimPrefix(u.Username, serviceAccountPrefix), ":")
+	if !strings.HasPrefix(u.Username, serviceAccountPrefix) || !ok {
+		return true, nil
+	}
+	key := "impersonate\x00" + u.Username
+	if v, ok := cs.access.Get(key); ok {
+		return v.(bool), nil
+	}
+	sar, err := cs.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: "impersonate", Resource: "serviceaccounts", Name: name,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("asking whether the gateway may act as %s: %w", u.Username, err)
+	}
+	cs.access.Add(key, sar.Status.Allowed, cs.AccessCacheTTL)
+	return sar.Status.Allowed, nil
+}
+
 // callsAs returns a toolcall client that acts as the caller (impersonation).
 func (cs *callers) callsAs(namespace string, u *authenticationv1.UserInfo) (*toolcall.Client, error) {
 	key := userCacheKey(u)

@@ -105,6 +105,12 @@ func (g *Gateway) callsFor(ctx context.Context, tool string, extra *mcp.RequestE
 		return nil, errorResult(fmt.Sprintf("The call to %s did not run: %s may not call it. An admin grants it with RBAC verb %q on tools.toolgate.dev, resourceName %q, in namespace %s.",
 			tool, u.Username, VerbCall, tool, g.namespace), nil)
 	}
+	if may, err := g.callers.mayActAs(ctx, u); err != nil {
+		g.log.Error(err, "trying the call as the caller all the same", "caller", u.Username)
+	} else if !may {
+		return nil, errorResult(fmt.Sprintf("The call to %s did not run: the gateway may not act as %s. An admin lists it among the gateway's callers: mcpGateway.callers in the Helm chart, or the gateway's Role of callers (impersonate on serviceaccounts, its name among the resourceNames, in its namespace; config/rbac/mcp_gateway_role.yaml).",
+			tool, u.Username), nil)
+	}
 	calls, err := g.callers.callsAs(g.namespace, u)
 	if err != nil {
 		return nil, errorResult(fmt.Sprintf("The call to %s did not run: %v", tool, err), nil)
