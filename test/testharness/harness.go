@@ -420,8 +420,10 @@ func FinishJob(ctx context.Context, c client.Client, ns, jobName string, succeed
 		exit = 1
 		pod.Status.Phase = corev1.PodFailed
 	}
+	// The kubelet reports each container under its own name: the template's first is the tool's.
+	tool := pod.Spec.Containers[0]
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: "tool", Image: "busybox:1.36",
+		Name: tool.Name, Image: tool.Image,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Message: msg}},
 	}}
 	if err := c.Status().Update(ctx, pod); err != nil {
