@@ -242,3 +242,36 @@ func TestJobOfAManagerBeforeProofsIsStillTheCallsRecord(t *testing.T) {
 	g.Expect(done.Status.Result).To(Equal(`{"refund":"r-1"}`))
 	g.Expect(done.Status.JobUID).To(Equal(job.UID))
 }
+
+// A rule approved the call and its Job was created, then the manager died before the status said so,
+// and the Tool was changed before the next manager came: the Job is the record that the call ran, and
+// the decision that started it comes back from the Job (where the proof covers it), so the Running
+// call says which rule approved it and until when.
+func TestDecisionThatStartedTheJobIsKeptWithIt(t *testing.T) {
+	h := th.New(t, env, th.WithoutManager())
+	g := h.G
+	ctx := context.Background()
+	tool := h.Tool("issue-refund", "issue_refund", th.RefundSchema, refundRules)
+	died := crashAt(h, afterJobCreate)
+	h.Start()
+	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	g.Eventually(died).WithTimeout(30 * time.Second).Should(BeClosed())
+	g.Expect(h.Get("refund").Status.Decision).To(BeNil(), "the status that says so was not written")
+
+	g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(tool), tool)).To(Succeed())
+	c := &tool.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: "EDITED", Value: "after the Job"})
+	g.Expect(h.K8s.Update(ctx, tool)).To(Succeed())
+	h.Restart()
+
+	running := h.WaitPhase("refund", tg.PhaseRunning)
+	d := running.Status.Decision
+	g.Expect(d).NotTo(BeNil())
+	g.Expect(d.Status).To(Equal("approved"))
+	g.Expect(d.Source).To(Equal(tg.DecisionSourcePolicy))
+	g.Expect(d.Rule).To(Equal("small-gbp-refunds"))
+	g.Expect(d.ExpiresAt).NotTo(BeNil())
+	g.Expect(running.Status.JobUID).NotTo(BeEmpty())
+	h.FinishJob(running.Status.JobName, true, `{"refund":"r-1"}`)
+	g.Expect(h.WaitPhase("refund", tg.PhaseSucceeded).Status.Result).To(Equal(`{"refund":"r-1"}`))
+}

@@ -74,6 +74,10 @@ const (
 	// its name and the UID of the ToolCall it runs. A Job under a call's name without a valid proof
 	// was made by someone else and never becomes the call's record.
 	AnnotationExecutionProof = "toolgate.dev/execution-proof"
+	// AnnotationJobDecision, on a Job the manager creates, is the decision that started it: the
+	// ToolCall's status.decision as JSON, without the note, covered by the execution proof. A call
+	// whose status write was lost after its Job was created gets its decision back from it.
+	AnnotationJobDecision = "toolgate.dev/decision"
 )
 
 // Reasons of an ApprovalProvider's or ClusterApprovalProvider's Ready condition.

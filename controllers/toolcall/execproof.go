@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -88,15 +89,16 @@ func (k *ExecutionKey) load(ctx context.Context) ([]byte, error) {
 	return v, nil
 }
 
-// proof is the MAC of one Job of one ToolCall.
-func proof(key []byte, namespace, jobName string, toolCall types.UID) string {
+// proof is the MAC of one Job of one ToolCall, started by decision (the Job's decision annotation).
+func proof(key []byte, namespace, jobName string, toolCall types.UID, decision string) string {
 	m := hmac.New(sha256.New, key)
-	// NUL never occurs in a namespace, a name or a UID, so the fields cannot run into each other.
-	fmt.Fprintf(m, "toolgate.dev/execution-proof/v1\x00%s\x00%s\x00%s", namespace, jobName, toolCall)
+	// NUL never occurs in a namespace, a name, a UID or JSON text, so the fields cannot run into
+	// each other.
+	fmt.Fprintf(m, "toolgate.dev/execution-proof/v1\x00%s\x00%s\x00%s\x00%s", namespace, jobName, toolCall, decision)
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// Sign sets the Job's execution proof for tc.
+// Sign records on the Job the decision that starts it and sets its execution proof for tc.
 func (k *ExecutionKey) Sign(ctx context.Context, job *batchv1.Job, tc *tg.ToolCall) error {
 	key, err := k.load(ctx)
 	if err != nil {
@@ -105,8 +107,30 @@ func (k *ExecutionKey) Sign(ctx context.Context, job *batchv1.Job, tc *tg.ToolCa
 	if job.Annotations == nil {
 		job.Annotations = map[string]string{}
 	}
-	job.Annotations[tg.AnnotationExecutionProof] = proof(key, job.Namespace, job.Name, tc.UID)
+	if d := tc.Status.Decision; d != nil {
+		kept := *d
+		kept.Note = ""
+		raw, err := json.Marshal(kept)
+		if err != nil {
+			return err
+		}
+		job.Annotations[tg.AnnotationJobDecision] = string(raw)
+	}
+	job.Annotations[tg.AnnotationExecutionProof] = proof(key, job.Namespace, job.Name, tc.UID, job.Annotations[tg.AnnotationJobDecision])
 	return nil
+}
+
+// startedBy is the decision recorded on a Job the manager created (Created), nil when it has none.
+func startedBy(job *batchv1.Job) *tg.Decision {
+	raw, ok := job.Annotations[tg.AnnotationJobDecision]
+	if !ok {
+		return nil
+	}
+	d := &tg.Decision{}
+	if err := json.Unmarshal([]byte(raw), d); err != nil {
+		return nil
+	}
+	return d
 }
 
 // Created reports whether the manager created job for tc: its execution proof is valid. A Job
@@ -122,7 +146,7 @@ func (k *ExecutionKey) Created(ctx context.Context, job *batchv1.Job, tc *tg.Too
 	if !signed && job.CreationTimestamp.Before(&k.since) {
 		return true, nil
 	}
-	want := proof(key, job.Namespace, job.Name, tc.UID)
+	want := proof(key, job.Namespace, job.Name, tc.UID, job.Annotations[tg.AnnotationJobDecision])
 	return hmac.Equal([]byte(got), []byte(want)), nil
 }
 

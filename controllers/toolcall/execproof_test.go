@@ -8,18 +8,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func TestProofBindsNamespaceJobAndCall(t *testing.T) {
+func TestProofBindsNamespaceJobCallAndDecision(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, executionKeyBytes)
-	base := proof(key, "payments", "refund-0a1b2c3d4e", "uid-1")
-	if base != proof(key, "payments", "refund-0a1b2c3d4e", "uid-1") {
+	const approved = `{"status":"approved","source":"Policy","rule":"lookups"}`
+	base := proof(key, "payments", "refund-0a1b2c3d4e", "uid-1", approved)
+	if base != proof(key, "payments", "refund-0a1b2c3d4e", "uid-1", approved) {
 		t.Fatal("the proof of one Job differs from itself")
 	}
 	for name, other := range map[string]string{
-		"another namespace":          proof(key, "billing", "refund-0a1b2c3d4e", "uid-1"),
-		"another Job name":           proof(key, "payments", "refund-0a1b2c3d4f", "uid-1"),
-		"another call":               proof(key, "payments", "refund-0a1b2c3d4e", "uid-2"),
-		"fields run into each other": proof(key, "payments\x00refund-0a1b2c3d4e", "", "uid-1"),
-		"another key":                proof(bytes.Repeat([]byte{8}, executionKeyBytes), "payments", "refund-0a1b2c3d4e", "uid-1"),
+		"another namespace":          proof(key, "billing", "refund-0a1b2c3d4e", "uid-1", approved),
+		"another Job name":           proof(key, "payments", "refund-0a1b2c3d4f", "uid-1", approved),
+		"another call":               proof(key, "payments", "refund-0a1b2c3d4e", "uid-2", approved),
+		"another decision":           proof(key, "payments", "refund-0a1b2c3d4e", "uid-1", `{"status":"approved","source":"Policy","rule":"everything"}`),
+		"no decision":                proof(key, "payments", "refund-0a1b2c3d4e", "uid-1", ""),
+		"fields run into each other": proof(key, "payments\x00refund-0a1b2c3d4e", "", "uid-1", approved),
+		"another key":                proof(bytes.Repeat([]byte{8}, executionKeyBytes), "payments", "refund-0a1b2c3d4e", "uid-1", approved),
 	} {
 		if other == base {
 			t.Errorf("%s: same proof %q", name, base)

@@ -162,9 +162,14 @@ func (r *Reconciler) endWithoutRunning(ctx context.Context, sc *scope, st *lifec
 	return true, nil
 }
 
-// markRunning records that the call's Job, which the manager created, exists.
+// markRunning records that the call's Job, which the manager created, exists. A call whose status
+// lost the decision that started the Job (a status write lost after the create) gets it back from
+// the Job, where the proof covers it.
 func markRunning(tc *tg.ToolCall, job *batchv1.Job) {
 	tc.Status.JobName, tc.Status.JobUID = job.Name, job.UID
+	if tc.Status.Decision == nil {
+		tc.Status.Decision = startedBy(job)
+	}
 	setStatus(tc, lifecycle.JobRunning.Status(job.Name))
 }
 
