@@ -84,7 +84,12 @@ func TestHostileMCPServersLeaveTheManagerWithinItsLimits(t *testing.T) {
 	restarted, _ := managerRestarts(g)
 	hostileNS := newNamespace(t)
 	host := nodeAddress(g)
-	want := map[string]string{"endless-answer": tg.ReasonServerResponseTooLarge, "endless-event": tg.ReasonServerEventTooLarge}
+	// An event that never ends, as the answer to a request, crosses whichever limit it reaches first: the
+	// event's or the answer's (both 4 MiB by default).
+	want := map[string][]string{
+		"endless-answer": {tg.ReasonServerResponseTooLarge},
+		"endless-event":  {tg.ReasonServerEventTooLarge, tg.ReasonServerResponseTooLarge},
+	}
 	for name, kind := range map[string]string{"endless-answer": "answer", "endless-event": "event"} {
 		srv := &tg.MCPServer{
 			ObjectMeta: metav1.ObjectMeta{Namespace: hostileNS, Name: name},
@@ -101,14 +106,14 @@ func TestHostileMCPServersLeaveTheManagerWithinItsLimits(t *testing.T) {
 	waitPhase(g, tc, tg.PhaseSucceeded, stepTimeout)
 	expectReceipt(g, tc)
 
-	for name, reason := range want {
+	for name, reasons := range want {
 		g.Eventually(func(g Gomega) {
 			got := &tg.MCPServer{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: hostileNS, Name: name}, got)).To(Succeed())
 			ready := meta.FindStatusCondition(got.Status.Conditions, tg.ConditionReady)
 			g.Expect(ready).NotTo(BeNil())
 			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(ready.Reason).To(Equal(reason), ready.Message)
+			g.Expect(reasons).To(ContainElement(ready.Reason), ready.Message)
 			g.Expect(strings.Contains(ready.Message, "--mcp-max-")).To(BeTrue(), "the message names the setting: %s", ready.Message)
 		}).WithTimeout(stepTimeout).Should(Succeed(), name)
 	}
