@@ -166,6 +166,21 @@ func madeFromTemplate(job *batchv1.Job, pod *corev1.Pod) bool {
 		subset(tmpl.Volumes, got.Volumes, func(v corev1.Volume) string { return v.Name })
 }
 
+// runsTemplateImages reports whether every container and init container of job's template is in pod,
+// under its name, with the same image: what a Pod's cached copy (SlimPod) still tells of it.
+func runsTemplateImages(job *batchv1.Job, pod *corev1.Pod) bool {
+	same := func(want, got []corev1.Container) bool {
+		for _, w := range want {
+			if !slices.ContainsFunc(got, func(g corev1.Container) bool { return g.Name == w.Name && g.Image == w.Image }) {
+				return false
+			}
+		}
+		return true
+	}
+	tmpl := &job.Spec.Template.Spec
+	return same(tmpl.InitContainers, pod.Spec.InitContainers) && same(tmpl.Containers, pod.Spec.Containers)
+}
+
 func sameContainers(want, got []corev1.Container) bool {
 	for _, w := range want {
 		i := slices.IndexFunc(got, func(c corev1.Container) bool { return c.Name == w.Name })

@@ -80,3 +80,31 @@ func TestMadeFromTemplate(t *testing.T) {
 		t.Error("a Pod without the template's init container passed")
 	}
 }
+
+// What the cache keeps of a Pod (SlimPod) is enough to tell a Pod that runs the template's images from
+// one that does not.
+func TestRunsTemplateImagesOnACachedPod(t *testing.T) {
+	job := &batchv1.Job{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "setup", Image: "example.com/setup:1"}},
+		Containers:     []corev1.Container{{Name: "tool", Image: "example.com/issue-refund:1", Command: []string{"/refund"}}}}}}}
+	slim := func(spec corev1.PodSpec) *corev1.Pod {
+		obj, err := SlimPod(&corev1.Pod{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*corev1.Pod)
+	}
+	if !runsTemplateImages(job, slim(job.Spec.Template.Spec)) {
+		t.Error("the Job's own Pod, as cached, did not pass")
+	}
+	forged := job.Spec.Template.Spec.DeepCopy()
+	forged.Containers[0].Image = "example.com/forged:1"
+	if runsTemplateImages(job, slim(*forged)) {
+		t.Error("a Pod running another image passed")
+	}
+	noInit := job.Spec.Template.Spec.DeepCopy()
+	noInit.InitContainers = nil
+	if runsTemplateImages(job, slim(*noInit)) {
+		t.Error("a Pod without the template's init container passed")
+	}
+}

@@ -256,8 +256,9 @@ func (r *Reconciler) observePods(ctx context.Context, tc *tg.ToolCall, job *batc
 
 // jobPods lists, from c, the Pods of tc's Job. The ToolCall's UID label selects the candidates, but
 // anyone who may create Pods in the namespace can label one with it: only the Pods the Job controls
-// and made from its template speak for the tool, so such a Pod can neither supply the result nor
-// report an image wait.
+// and that run the template's containers speak for the tool, so such a Pod cannot report an image
+// wait. The cache keeps of a Pod only its containers' names and images (SlimPod), so that is what is
+// compared here; a finished Job's Pods are read whole and checked in full (countedPods).
 func jobPods(ctx context.Context, c client.Reader, tc *tg.ToolCall, job *batchv1.Job) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods, client.InNamespace(tc.Namespace), client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}); err != nil {
@@ -265,7 +266,7 @@ func jobPods(ctx context.Context, c client.Reader, tc *tg.ToolCall, job *batchv1
 	}
 	owned := make([]corev1.Pod, 0, len(pods.Items))
 	for _, p := range pods.Items {
-		if owner := metav1.GetControllerOf(&p); owner != nil && owner.UID == job.UID && madeFromTemplate(job, &p) {
+		if owner := metav1.GetControllerOf(&p); owner != nil && owner.UID == job.UID && runsTemplateImages(job, &p) {
 			owned = append(owned, p)
 		}
 	}
