@@ -120,6 +120,9 @@ func (h *Harness) StartBinary(bin string, extra ...string) *Process {
 		"--kubeconfig", kubeconfig,
 		"--provider-url", h.URL, "--provider-credential-file", h.CredFile,
 		"--namespaces", strings.Join(h.Opts.Namespaces, ","),
+		// The manager's own namespace (its execution key, the gone cursor), as the chart passes its
+		// release namespace.
+		"--cluster-resource-namespace", h.Opts.ClusterResourceNamespace,
 		"--poll-wait", h.Opts.PollWait.String(),
 		"--return-margin", tm.ReturnMargin.String(), "--final-state-margin", tm.FinalStateMargin.String(),
 		"--skew-margin", tm.SkewMargin.String(), "--submit-allowance", tm.SubmitAllowance.String(),
