@@ -23,6 +23,15 @@ import (
 // mcp-call container, started, terminated in state.
 func failMCPJob(h *th.Harness, jobName string, state corev1.ContainerStateTerminated, jobReason string) {
 	h.T.Helper()
+	now := metav1.Now()
+	state.StartedAt, state.FinishedAt = now, now
+	endMCPJob(h, jobName, state, jobReason)
+}
+
+// endMCPJob fails the Job of an MCPServer's Tool with jobReason, its Pod's mcp-call container
+// terminated in state as given.
+func endMCPJob(h *th.Harness, jobName string, state corev1.ContainerStateTerminated, jobReason string) {
+	h.T.Helper()
 	ctx := context.Background()
 	job := &batchv1.Job{}
 	h.G.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: jobName}, job)).To(Succeed())
@@ -32,12 +41,11 @@ func failMCPJob(h *th.Harness, jobName string, state corev1.ContainerStateTermin
 		Spec: *job.Spec.Template.Spec.DeepCopy(),
 	}
 	h.G.Expect(h.K8s.Create(ctx, pod)).To(Succeed())
-	now := metav1.Now()
-	state.StartedAt, state.FinishedAt = now, now
 	pod.Status.Phase = corev1.PodFailed
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, Image: "mcp-call:test",
 		State: corev1.ContainerState{Terminated: &state}}}
 	h.G.Expect(h.K8s.Status().Update(ctx, pod)).To(Succeed())
+	now := metav1.Now()
 	job.Status.StartTime, job.Status.Failed = &now, 1
 	job.Status.Conditions = []batchv1.JobCondition{
 		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: jobReason},

@@ -13,7 +13,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/gomega"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/internal/mcpcall"
 	"toolgate.dev/toolgate/internal/mcpclient"
 	"toolgate.dev/toolgate/test/mcpeverything"
@@ -318,26 +316,7 @@ func TestMCPServerFollowsTheServersTools(t *testing.T) {
 // mcp-call exited with code exit and message msg.
 func finishMCPJob(h *th.Harness, jobName string, exit int32, msg string) {
 	h.T.Helper()
-	ctx := context.Background()
-	job := &batchv1.Job{}
-	h.G.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: jobName}, job)).To(Succeed())
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: jobName + "-pod", Namespace: h.NS, Labels: job.Spec.Template.Labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
-		Spec: *job.Spec.Template.Spec.DeepCopy(),
-	}
-	h.G.Expect(h.K8s.Create(ctx, pod)).To(Succeed())
-	pod.Status.Phase = corev1.PodFailed
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, Image: "mcp-call:test",
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Message: msg}}}}
-	h.G.Expect(h.K8s.Status().Update(ctx, pod)).To(Succeed())
-	now := metav1.Now()
-	job.Status.StartTime, job.Status.Failed = &now, 1
-	job.Status.Conditions = []batchv1.JobCondition{
-		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
-		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
-	}
-	h.G.Expect(h.K8s.Status().Update(ctx, job)).To(Succeed())
+	endMCPJob(h, jobName, corev1.ContainerStateTerminated{ExitCode: exit, Message: msg}, "BackoffLimitExceeded")
 }
 
 // A call whose mcp-call lost the connection after sending ends Failed with ToolMayHaveRun, never as
