@@ -1,0 +1,14 @@
+package mcpserver_test
+
+import (
+	"testing"
+
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// env is the control plane every scenario of the MCPServer controller shares; each scenario has its own
+// namespace, reference provider and manager (test/testharness). Fuzz targets and -list need no
+// cluster: th.Main starts none for them, and env is nil.
+var env *th.Env
+
+func TestMain(m *testing.M) { th.Main(m, &env) }
