@@ -9,7 +9,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -20,13 +19,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/internal/reference"
@@ -73,120 +68,6 @@ func run(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprint(os.Stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
-}
-
-func serve(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8085", "address to listen on")
-	db := fs.String("db", "reference-provider.db", "bbolt file holding requests and idempotency keys")
-	credentialFile := fs.String("credential-file", "", "file holding a static instance credential, bound to the built-in default instance (required unless --provisioner-token-file is given)")
-	provisionerFile := fs.String("provisioner-token-file", "", "file holding the provisioner token, which creates, reads, updates and deletes instances (POST /v1/instances ...), each with its own credential; it cannot make approval requests")
-	adminCredentialFile := fs.String("admin-credential-file", "", "file holding the bearer credential of the admin API and the approval page (required): it decides every request, so it differs from the instance credential and the provisioner token")
-	approversFile := fs.String("approvers-file", "", "file with one approver per line, \"NAME CREDENTIAL [instances=ID,ID...]\": each signs in to the approval page and decides (decide, list) with their own credential, and their decisions record their name (the admin credential records \"admin\"); with instances= they see and decide only the requests of the instances of those ids and of those the admin grants them (PUT /admin/v1/approvers/NAME/instances/ID); instances= alone starts them with none")
-	tlsCert := fs.String("tls-cert", "", "PEM certificate file; with --tls-key, serve HTTPS")
-	tlsKey := fs.String("tls-key", "", "PEM private key file")
-	http2 := fs.Bool("http2", false, "with --tls-cert, offer HTTP/2 as well as HTTP/1.1: many long polls then share one connection")
-	minTimeout := fs.Duration("min-timeout", time.Second, "smallest timeout a submission may request")
-	maxTimeout := fs.Duration("max-timeout", 24*time.Hour, "largest timeout a submission may request")
-	credentialLifetime := fs.Duration("credential-lifetime", 0, "how long an instance credential issued by provisioning is valid, given as its expires_at (0: credentials do not expire)")
-	maxWindow := fs.Duration("max-window", 0, "longest approval window granted: a request asking for a longer timeout gets deadline_at = created_at + this (0: as long as the timeout asks)")
-	retention := fs.Duration("retention", reference.MinRetention, "how long terminal requests and their idempotency keys are kept after decided_at (at least 168h)")
-	validity := fs.Duration("approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
-	allowNetworks := fs.String("allow-webhook-networks", "", "comma-separated CIDR prefixes where webhook receivers may be although not public, e.g. 10.0.0.0/8,127.0.0.0/8 for a local cluster (default: only public addresses)")
-	webhookCAFile := fs.String("webhook-ca-file", "", "PEM file of the CA certificates webhook receivers' certificates must chain to (default: the system roots)")
-	profileName := fs.String("profile", string(reference.ProfileFull), "how the AAP API answers: full (ErrorResponse bodies, agent_reasoning and context echoed) or seed (the fewest fields AAP allows, plain-text errors)")
-	// One line per state change, on stderr, with the manager's --zap-* flags (JSON at info by default).
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	profile, err := reference.ParseProfile(*profileName)
-	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
-	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
-	}
-	if *http2 && *tlsCert == "" {
-		return errors.New("--http2 needs --tls-cert and --tls-key: HTTP/2 is offered only over TLS")
-	}
-	if *credentialFile == "" && *provisionerFile == "" {
-		return errors.New("--credential-file is required (or --provisioner-token-file)")
-	}
-	if *adminCredentialFile == "" {
-		return errors.New("--admin-credential-file is required: the admin API and the approval page decide every request, so they take a credential of their own, not the instance credential")
-	}
-	credential, err := readOptionalCredential("--credential-file", *credentialFile)
-	if err != nil {
-		return err
-	}
-	provisionerToken, err := readOptionalCredential("--provisioner-token-file", *provisionerFile)
-	if err != nil {
-		return err
-	}
-	adminCredential, err := readOptionalCredential("--admin-credential-file", *adminCredentialFile)
-	if err != nil {
-		return err
-	}
-
-	approvers, scopes, err := readApprovers(*approversFile)
-	if err != nil {
-		return err
-	}
-	networks, err := parseNetworks(*allowNetworks)
-	if err != nil {
-		return err
-	}
-	webhookCAs, err := readCAFile(*webhookCAFile)
-	if err != nil {
-		return err
-	}
-
-	srv, err := reference.New(reference.Options{
-		DBPath:                  *db,
-		Credential:              credential,
-		ProvisionerToken:        provisionerToken,
-		AdminCredential:         adminCredential,
-		MaxWindow:               *maxWindow,
-		CredentialLifetime:      *credentialLifetime,
-		Retention:               *retention,
-		Approvers:               approvers,
-		ApproverInstances:       scopes,
-		MinTimeout:              *minTimeout,
-		MaxTimeout:              *maxTimeout,
-		DefaultApprovalValidity: *validity,
-		HTTP2:                   *http2,
-		Profile:                 profile,
-		AllowedWebhookNetworks:  networks,
-		WebhookRootCAs:          webhookCAs,
-		Logger:                  zap.New(zap.UseFlagOptions(&zapOpts)),
-	})
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	baseURL, err := start(srv, *listen, *tlsCert, *tlsKey)
-	if err != nil {
-		return errors.Join(err, srv.Close())
-	}
-	// The admin credential itself is never printed: the line names the file that holds it.
-	fmt.Printf("approval page: %s/ui/ (sign in with the admin credential in %s)\n", baseURL, *adminCredentialFile)
-	<-ctx.Done()
-	return srv.Close()
-}
-
-// start serves plain HTTP, or HTTPS when a certificate is given, and returns the base URL.
-func start(srv *reference.Server, listen, certFile, keyFile string) (string, error) {
-	if certFile == "" {
-		return srv.Start(listen)
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return "", fmt.Errorf("loading the TLS key pair: %w", err)
-	}
-	return srv.StartTLS(listen, cert)
 }
 
 func list(args []string, stdout io.Writer) error {
