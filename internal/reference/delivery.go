@@ -34,7 +34,7 @@ import (
 // on 429 and 503 the next attempt waits at least what Retry-After says, within the window. The
 // server's clock schedules attempts, so that tests can step through the window.
 //
-// Fault rules of op deliver act on attempts (faults.go): drop (the attempt fails unsent, as if the
+// Fault rules of op deliver act on attempts (faults/faults.go): drop (the attempt fails unsent, as if the
 // receiver were unreachable, and is retried), duplicate (the event is sent twice at once, same id and
 // body) and delay (the attempt waits first, in real time, while other events go ahead of it).
 
