@@ -253,7 +253,7 @@ func eventNote(tc *tg.ToolCall) string {
 }
 
 // SetupWithManager registers the controller (its cache indexes are registered with the others, in
-// indexes.go), the watches of Jobs, of their Pods' waits for images and of Tool versions, and the waiter's channel.
+// controllers/indexes.go), the watches of Jobs, of their Pods' waits for images and of Tool versions, and the waiter's channel.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.asyncReads == nil {
 		r.asyncReads = newAsyncReads()
