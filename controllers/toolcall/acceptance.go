@@ -196,7 +196,7 @@ func (r *Reconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acc
 
 // acceptedProviderOf checks the provider the record names against the Tool: what it resolves to now
 // (its spec.providerRef, or the first default that is not being deleted), or a default being deleted
-// ahead of it, which still serves the calls it has (providers.stillServes).
+// ahead of it, which still serves the calls it has (Registry.StillServes).
 func (r *Reconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, tool *tg.Tool) (*lifecycle.Status, error) {
 	k, err := providers.Accepted(tc)
 	if err != nil {
