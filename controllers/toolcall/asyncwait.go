@@ -20,7 +20,7 @@ import (
 
 // Asynchronous mode. A call whose request lives in an instance the provider delivers notifications
 // for holds no long poll and no goroutine: the receiver hands a notification to the controller
-// (handOver), which reads the request then and records the notification in the same status write
+// (HandOver), which reads the request then and records the notification in the same status write
 // (or the receiver records it, and its watch event brings the call here). Two safety reads cover
 // a notification that never comes: the give-up at the provider's deadline plus the final-state margin
 // (withdrawAtLimit, whose cancellation answers with the decision if there is one), and one read every
