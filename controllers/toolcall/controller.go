@@ -284,7 +284,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(mgr.GetCache(), &tg.Tool{}, toolRetentionChanged(mgr.GetClient()))).
 		WatchesRawSource(source.Channel(r.Waiter.Events(), enqueueFirst())).
 		// A notification the receiver takes is a decision to read: it is queued as the waiter's are,
-		// at once (handOver, whose reconcile records it), and again when the watch shows it recorded.
+		// at once (HandOver, whose reconcile records it), and again when the watch shows it recorded.
 		WatchesRawSource(source.Channel(r.notified, enqueueFirst())).
 		// Removals despite the finalizer that a replay found (gonereplay.go).
 		WatchesRawSource(source.Channel(replayed, enqueueFirst())).
