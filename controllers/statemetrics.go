@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 )
 
@@ -186,7 +187,7 @@ func waitMode(tc *tg.ToolCall, provs map[providers.Key]tg.GenericProvider) strin
 	if err != nil || k == providers.Flags {
 		return modeSync
 	}
-	if obj, ok := provs[k]; ok && providers.DeliversTo(obj, tc.Annotations[tg.AnnotationProviderInstance]) {
+	if obj, ok := provs[k]; ok && providers.DeliversTo(obj, lifecycle.ReadRecord(tc).Instance) {
 		return modeAsync
 	}
 	return modeSync

@@ -63,8 +63,8 @@ type Receiver struct {
 	Log       logr.Logger
 	Providers *providers.Registry
 	// HandOver queues a call to read its request, and leaves the record of its notification to
-	// that read's status write (the ToolCall controller's handOver).
-	HandOver func(*tg.ToolCall, tg.Notification) (recorded <-chan struct{}, release func())
+	// that read's status write (the ToolCall controller's HandOver).
+	HandOver func(*tg.ToolCall, tg.Notification) (written <-chan struct{}, release func())
 	// secrets are the signing secrets last read, by Secret (signingSecrets).
 	secrets signingSecrets
 }
@@ -235,13 +235,13 @@ func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byt
 	// The read the notification wakes records it in its own status write, with the decision; the
 	// 2xx waits for that write, or for the receiver's own once RecordWait passed without it.
 	n := tg.Notification{ID: m.ID, ReceivedAt: metav1.NewTime(rc.Clock.Now())}
-	recorded, release := rc.HandOver(tc, n)
+	written, release := rc.HandOver(tc, n)
 	defer release()
-	if recorded != nil {
+	if written != nil {
 		wait := time.NewTimer(RecordWait)
 		defer wait.Stop()
 		select {
-		case <-recorded:
+		case <-written:
 			return answer{status: http.StatusNoContent, outcome: "accepted"}
 		case <-ctx.Done():
 			return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: ctx.Err()}
@@ -378,7 +378,7 @@ func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Me
 // submittedTo reports whether tc's request was submitted to instance of provider k.
 func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providers.Key, instance string) bool {
 	got, err := providers.Accepted(tc)
-	return err == nil && got == k && tc.Annotations[tg.AnnotationProviderInstance] == instance
+	return err == nil && got == k && lifecycle.ReadRecord(tc).Instance == instance
 }
 
 // RequestIDField indexes ToolCalls by their request id: how the receiver finds the call a

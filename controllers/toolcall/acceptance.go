@@ -16,10 +16,13 @@ import (
 )
 
 // accept checks everything that can be checked before asking a human, runs the Tool's approval rules,
-// then records acceptance: the finalizer (so no request is ever left behind), the Tool's
-// executionTimeout (so the ToolCall's timing and its request body stay fixed) and the Tool's UID and
-// generation (so that only this version of the Tool runs).
-func (r *Reconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
+// then records acceptance: the finalizer (so no request is ever left behind) and the acceptance
+// record (lifecycle.Record): the Tool's executionTimeout and the approval timeout (so the ToolCall's
+// timing and its request body stay fixed), the Tool's UID and generation (so that only this version
+// of the Tool runs), its provider and the rule that approved it. The reconcile goes on with the
+// record as written (sc.took).
+func (r *Reconciler) accept(ctx context.Context, sc *scope) (*acceptedCall, *lifecycle.Status, error) {
+	tc := sc.tc
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -49,27 +52,26 @@ func (r *Reconciler) accept(ctx context.Context, tc *tg.ToolCall) (*acceptedCall
 	if err != nil {
 		return nil, nil, err
 	}
+	rec := lifecycle.Record{
+		ExecutionTimeout: w.ExecutionTimeout,
+		ApprovalTimeout:  timeout,
+		Tool:             lifecycle.VersionOf(tool),
+		Provider:         pk.Ref(),
+		Instance:         r.Providers.InstanceOf(ctx, pk),
+		Rule:             adm.verdict.Rule,
+		RuleApproved:     adm.verdict.Action == tg.ActionApprove,
+	}
+	if !rec.RuleApproved {
+		rec.Rule = ""
+	}
 	base := tc.DeepCopy()
 	controllerutil.AddFinalizer(tc, tg.Finalizer)
-	if tc.Annotations == nil {
-		tc.Annotations = map[string]string{}
-	}
-	tc.Annotations[tg.AnnotationExecutionTimeout] = w.ExecutionTimeout.String()
-	tc.Annotations[tg.AnnotationApprovalTimeout] = timeout.String()
-	lifecycle.RecordToolVersion(tc, tool)
-	if a := pk.Annotation(); a != "" {
-		tc.Annotations[tg.AnnotationProvider] = a
-	}
-	if inst := r.Providers.InstanceOf(ctx, pk); inst != "" {
-		tc.Annotations[tg.AnnotationProviderInstance] = inst
-	}
-	if adm.verdict.Action == tg.ActionApprove {
-		tc.Annotations[tg.AnnotationApprovalRule] = adm.verdict.Rule
-	}
+	rec.Write(tc)
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, nil, fmt.Errorf("recording the acceptance (finalizer and annotations): %w", err)
 	}
 	r.written.wrote(tc)
+	sc.took(rec)
 	return adm, nil, nil
 }
 
@@ -137,15 +139,12 @@ func checkArguments(raw []byte) *lifecycle.Status {
 // apiserver request to every repeated submission, and the Job is validated when it is created. The
 // Tool must still be the version the record names; its approval rules then decide again, as they
 // did at acceptance.
-func (r *Reconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acceptedCall, *lifecycle.Status, error) {
-	exec, rej := acceptedDuration(tc, tg.AnnotationExecutionTimeout)
-	if rej != nil {
-		return nil, rej, nil
+func (r *Reconciler) checkAcceptance(ctx context.Context, sc *scope) (*acceptedCall, *lifecycle.Status, error) {
+	tc, rec := sc.tc, sc.rec()
+	if err := rec.Problem(tg.AnnotationExecutionTimeout, tg.AnnotationApprovalTimeout); err != nil {
+		return nil, notAccepted(err.Error()), nil
 	}
-	timeout, rej := acceptedDuration(tc, tg.AnnotationApprovalTimeout)
-	if rej != nil {
-		return nil, rej, nil
-	}
+	exec, timeout := rec.ExecutionTimeout, rec.ApprovalTimeout
 	tool, rej, err := r.checkInput(ctx, tc)
 	if err != nil || rej != nil {
 		return nil, rej, err
@@ -168,15 +167,13 @@ func (r *Reconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acc
 	// The Tool must still be the accepted version: a record without the version is not one this
 	// controller writes; a record of another version is a Tool that changed before the request was
 	// submitted (again).
-	for _, key := range []string{tg.AnnotationToolUID, tg.AnnotationToolGeneration} {
-		if _, ok := tc.Annotations[key]; !ok {
-			return nil, notAccepted(fmt.Sprintf("annotation %s is missing (the controller writes it together with the finalizer)", key)), nil
-		}
+	if err := rec.Missing(tg.AnnotationToolUID, tg.AnnotationToolGeneration); err != nil {
+		return nil, notAccepted(err.Error()), nil
 	}
 	if mismatch := lifecycle.ToolVersionMismatch(tc, tool); mismatch != "" {
 		return nil, lifecycle.ToolChangedBeforeSubmission.Status(mismatch), nil
 	}
-	if rej, err := r.acceptedProviderOf(ctx, tc, tool); err != nil || rej != nil {
+	if rej, err := r.acceptedProviderOf(ctx, tc, rec, tool); err != nil || rej != nil {
 		return nil, rej, err
 	}
 	adm, rej := r.applyRules(tc, tool)
@@ -185,11 +182,10 @@ func (r *Reconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acc
 	}
 	// The same rules at the same generation decide the same way: a record that disagrees with them
 	// about whether a rule approved the call is not one this controller wrote.
-	recorded, has := tc.Annotations[tg.AnnotationApprovalRule]
 	approved := adm.verdict.Action == tg.ActionApprove
-	if has != approved || (approved && recorded != adm.verdict.Rule) {
+	if rec.RuleApproved != approved || (approved && rec.Rule != adm.verdict.Rule) {
 		return nil, notAccepted(fmt.Sprintf("annotation %s is %q while the Tool's approval rules decide %s%s",
-			tg.AnnotationApprovalRule, recorded, adm.verdict.Action, ruleSuffix(adm.verdict.Rule))), nil
+			tg.AnnotationApprovalRule, rec.Rule, adm.verdict.Action, ruleSuffix(adm.verdict.Rule))), nil
 	}
 	return adm, nil, nil
 }
@@ -197,16 +193,16 @@ func (r *Reconciler) checkAcceptance(ctx context.Context, tc *tg.ToolCall) (*acc
 // acceptedProviderOf checks the provider the record names against the Tool: what it resolves to now
 // (its spec.providerRef, or the first default that is not being deleted), or a default being deleted
 // ahead of it, which still serves the calls it has (Registry.StillServes).
-func (r *Reconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, tool *tg.Tool) (*lifecycle.Status, error) {
-	k, err := providers.Accepted(tc)
-	if err != nil {
+func (r *Reconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, rec lifecycle.Record, tool *tg.Tool) (*lifecycle.Status, error) {
+	if err := rec.Problem(tg.AnnotationProvider); err != nil {
 		return notAccepted(err.Error()), nil
 	}
+	k := providers.KeyOf(tc.Namespace, rec.Provider)
 	ok, cur, err := r.Providers.StillServes(ctx, tool, k)
 	if err != nil || ok {
 		return nil, err
 	}
-	return notAccepted(fmt.Sprintf("annotation %s is %q while the calls of Tool %s go to %s", tg.AnnotationProvider, k.Annotation(), tool.Name, cur)), nil
+	return notAccepted(fmt.Sprintf("annotation %s is %q while the calls of Tool %s go to %s", tg.AnnotationProvider, rec.Provider, tool.Name, cur)), nil
 }
 
 // ruleSuffix names the rule that decided, if one did.
@@ -215,15 +211,6 @@ func ruleSuffix(rule string) string {
 		return ""
 	}
 	return " (rule " + rule + ")"
-}
-
-// acceptedDuration reads one duration of the acceptance record, for the acceptance check.
-func acceptedDuration(tc *tg.ToolCall, key string) (time.Duration, *lifecycle.Status) {
-	d, err := lifecycle.AcceptedDuration(tc, key)
-	if err != nil {
-		return 0, notAccepted(err.Error())
-	}
-	return d, nil
 }
 
 // notAccepted is the rejection of an acceptance record this controller would not have written.

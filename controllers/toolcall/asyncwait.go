@@ -118,11 +118,11 @@ func (r *Reconciler) wake(tc *tg.ToolCall) {
 	}
 }
 
-// handOver gives notification n of tc to the read it wakes, to be recorded in that reconcile's status
-// write. recorded is closed once that write landed; release withdraws n when the receiver stops
-// waiting. On a replica that is not the leader no reconcile runs here: recorded is nil, and the
-// receiver writes the record itself (whose watch event reaches the leader).
-func (r *Reconciler) HandOver(tc *tg.ToolCall, n tg.Notification) (recorded <-chan struct{}, release func()) {
+// HandOver gives notification n of tc to the read it wakes, to be written in that reconcile's status
+// write. written is closed once that write landed; release withdraws n when the receiver stops
+// waiting. On a replica that is not the leader no reconcile runs here: written is nil, and the
+// receiver writes the notification itself (whose watch event reaches the leader).
+func (r *Reconciler) HandOver(tc *tg.ToolCall, n tg.Notification) (written <-chan struct{}, release func()) {
 	select {
 	case <-r.Elected:
 	default:
@@ -171,9 +171,9 @@ func (hn *handedNotes) remove(uid types.UID, h *handedNote) {
 }
 
 // take puts the notification handed over for tc, if any, into its status, for this reconcile's status
-// write to record; recorded is to be called once that write landed (or was not needed, the status
+// write to write; landed is to be called once that write landed (or was not needed, the status
 // showing it already).
-func (hn *handedNotes) take(tc *tg.ToolCall) (recorded func()) {
+func (hn *handedNotes) take(tc *tg.ToolCall) (landed func()) {
 	hn.mu.Lock()
 	h, ok := hn.by[tc.UID]
 	hn.mu.Unlock()
@@ -196,7 +196,7 @@ func (r *Reconciler) awaitNotification(ctx context.Context, sc *scope, ref provi
 	tc := sc.tc
 	now := r.Clock.Now()
 	if r.asyncReads.due(tc, now) {
-		req, err := r.providerOf(tc).Wait(ctx, ref, 0)
+		req, err := r.providerOf(sc).Wait(ctx, ref, 0)
 		switch {
 		case err != nil && (provider.CodeOf(err) == provider.CodeNotFound || provider.IsUntrusted(err)):
 			return r.failClosed(ctx, sc, err)

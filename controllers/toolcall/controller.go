@@ -156,8 +156,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	orig := tc.DeepCopy()
-	// A notification the receiver handed over is recorded by this reconcile's status write.
-	recorded := r.handed.take(tc)
+	// A notification the receiver handed over is written by this reconcile's status write.
+	noteLanded := r.handed.take(tc)
 	var res ctrl.Result
 	var err error
 	switch tc.Status.Phase {
@@ -177,7 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
-	recorded()
+	noteLanded()
 	if tc.ResourceVersion != orig.ResourceVersion {
 		r.written.wrote(tc) // this reconcile wrote the ToolCall
 	}

@@ -69,7 +69,7 @@ func (r *Reconciler) withdrawOwn(ctx context.Context, sc *scope) (string, error)
 	if cur != nil && provider.IsTerminal(cur.Status) {
 		return cur.Status, nil
 	}
-	req, err := r.providerOf(sc.tc).Cancel(ctx, ref)
+	req, err := r.providerOf(sc).Cancel(ctx, ref)
 	if err != nil {
 		return "", err
 	}

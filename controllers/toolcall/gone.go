@@ -235,7 +235,7 @@ func (r *Reconciler) withdrawGoneCall(ctx context.Context, sc *scope) error {
 	if phase := tc.Status.Phase.OrPending(); phase != tg.PhasePending && phase != tg.PhaseAwaitingApproval {
 		return nil
 	}
-	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) || tc.Annotations[tg.AnnotationApprovalRule] != "" {
+	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) || sc.rec().RuleApproved {
 		return nil // not accepted, or approved by a rule: no request was submitted
 	}
 	_, err := r.withdrawOwn(ctx, sc)

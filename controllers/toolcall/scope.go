@@ -6,12 +6,15 @@ import (
 	"toolgate.dev/toolgate/internal/provider"
 )
 
-// scope is one reconcile of a ToolCall: the object the steps change, and its acceptance record, read
-// once when a step first needs it. Every step of the reconcile takes the scope.
+// scope is one reconcile of a ToolCall: the object the steps change, its acceptance record, read
+// once when a step first needs it (or taken as acceptance wrote it), and the client of its
+// provider, resolved once when a step first talks to the provider. Every step of the reconcile
+// takes the scope.
 type scope struct {
 	tc *tg.ToolCall
 
 	read       bool
+	record     lifecycle.Record
 	acceptance lifecycle.Acceptance
 	// unreadable is why the acceptance record cannot be read (not accepted yet, or not by this
 	// controller).
@@ -19,21 +22,32 @@ type scope struct {
 	// own is the id of the request the provider answered this reconcile's submission with: the
 	// request submitted under the call's own idempotency key.
 	own string
+	// client is the call's provider client (callProvider), nil until first resolved.
+	client provider.Client
 }
 
 func newScope(tc *tg.ToolCall) *scope { return &scope{tc: tc} }
 
-// accepted is the call's window and approval request as its acceptance record fixes them.
-func (s *scope) accepted() (lifecycle.Acceptance, error) {
+// rec is the call's acceptance record.
+func (s *scope) rec() lifecycle.Record {
 	if !s.read {
-		s.acceptance, s.unreadable = lifecycle.ReadAcceptance(s.tc)
-		s.read = true
+		s.took(lifecycle.ReadRecord(s.tc))
 	}
-	return s.acceptance, s.unreadable
+	return s.record
 }
 
-// recorded says that acceptance has just written the acceptance record: the next step reads it.
-func (s *scope) recorded() { s.read = false }
+// took sets the scope's acceptance record: the one read from the ToolCall, or the one a step has
+// just written on it (lifecycle.Record.Write), which the next steps go on with unread.
+func (s *scope) took(r lifecycle.Record) {
+	s.record, s.read = r, true
+	s.acceptance, s.unreadable = r.Acceptance(s.tc)
+}
+
+// accepted is the call's window and approval request as its acceptance record fixes them.
+func (s *scope) accepted() (lifecycle.Acceptance, error) {
+	s.rec()
+	return s.acceptance, s.unreadable
+}
 
 // ref names the call's request at the provider: the id the status records now, and the tool and
 // canonical arguments a provider's answer must echo.

@@ -51,7 +51,7 @@ func (r *Reconciler) withdrawForToolChange(ctx context.Context, sc *scope, ref p
 		// Nothing to cancel with: a decision the provider already holds is applied as any other, so
 		// that a human's denial is reported as one. Only a request still pending is left to its
 		// deadline.
-		cur, werr := r.providerOf(sc.tc).Wait(ctx, ref, 0)
+		cur, werr := r.providerOf(sc).Wait(ctx, ref, 0)
 		if werr == nil && provider.IsTerminal(cur.Status) {
 			return r.applyDecision(ctx, sc, cur)
 		} else if provider.IsUntrusted(werr) {

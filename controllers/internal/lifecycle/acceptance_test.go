@@ -21,17 +21,14 @@ func recordedCall() *tg.ToolCall {
 	tc.Spec.Arguments = runtime.RawExtension{Raw: []byte(`{"payment_id":"payment_123"}`)}
 	tc.Spec.WaitingLimit = metav1.Duration{Duration: 45 * time.Minute}
 	tc.Spec.Reason = "the customer asked for a refund"
-	tc.Annotations = map[string]string{
-		tg.AnnotationExecutionTimeout: "5m0s",
-		tg.AnnotationApprovalTimeout:  "30m0s",
-	}
-	RecordToolVersion(tc, acceptedTool())
+	r := Record{ExecutionTimeout: 5 * time.Minute, ApprovalTimeout: 30 * time.Minute, Tool: VersionOf(acceptedTool())}
+	r.Write(tc)
 	return tc
 }
 
 // The acceptance record is read into the call's window and its approval request, the same on every
 // read; a record that lacks what admission writes is an error that names the annotation.
-func TestReadAcceptance(t *testing.T) {
+func TestRecordAcceptance(t *testing.T) {
 	cases := []struct {
 		name    string
 		edit    func(*tg.ToolCall)
@@ -76,14 +73,14 @@ func TestReadAcceptance(t *testing.T) {
 			if c.edit != nil {
 				c.edit(tc)
 			}
-			a, err := ReadAcceptance(tc)
+			a, err := ReadRecord(tc).Acceptance(tc)
 			if c.wantErr != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(c.wantErr)))
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
 			c.check(g, a)
-			again, err := ReadAcceptance(tc)
+			again, err := ReadRecord(tc).Acceptance(tc)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(again).To(Equal(a), "every read of the record is the same request")
 		})
@@ -104,4 +101,49 @@ func TestNewWindowAndExecutionTimeout(t *testing.T) {
 	w := NewWindow(recordedCall(), ExecutionTimeout(tool))
 	g.Expect(w).To(Equal(Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 90 * time.Second}))
 	g.Expect(DefaultTiming().ApprovalLimit(w)).To(Equal(t0.Add(45*time.Minute - 90*time.Second - 10*time.Second)))
+}
+
+// A record read back is the record written, every field of it; what a forged or damaged annotation
+// holds is a problem that names the annotation, and never a value.
+func TestRecordWriteAndRead(t *testing.T) {
+	g := NewWithT(t)
+	want := Record{ExecutionTimeout: 90 * time.Second, ApprovalTimeout: 20 * time.Minute, Tool: VersionOf(acceptedTool()),
+		Provider: ProviderRef{Kind: tg.KindClusterApprovalProvider, Name: "default"}, Instance: "inst-1", RuleApproved: true}
+	tc := &tg.ToolCall{}
+	tc.Annotations = map[string]string{"kept": "yes", tg.AnnotationProvider: "forged/x"}
+	want.Write(tc)
+	got := ReadRecord(tc)
+	g.Expect(got.Problem(tg.AnnotationExecutionTimeout, tg.AnnotationApprovalTimeout, tg.AnnotationToolUID,
+		tg.AnnotationToolGeneration, tg.AnnotationProvider)).To(Succeed())
+	g.Expect(got).To(Equal(want), "the record written is the record read, so a reconcile that wrote it goes on with it")
+	ga, err := got.Acceptance(tc)
+	g.Expect(err).NotTo(HaveOccurred())
+	wa, err := want.Acceptance(tc)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(wa).To(Equal(ga), "the same request body, from the record written and from the one read")
+	g.Expect(tc.Annotations).To(HaveKeyWithValue("kept", "yes"), "annotations that are not the record's are kept")
+	g.Expect(tc.Annotations).To(HaveKeyWithValue(tg.AnnotationApprovalRule, ""), "a rule approved, even one without a name")
+
+	flags := Record{ExecutionTimeout: time.Minute, ApprovalTimeout: time.Minute, Tool: VersionOf(acceptedTool())}
+	flags.Write(tc)
+	g.Expect(tc.Annotations).NotTo(HaveKey(tg.AnnotationProvider), "the manager's flags are no annotation, whatever was there before")
+	g.Expect(tc.Annotations).NotTo(HaveKey(tg.AnnotationProviderInstance))
+	g.Expect(tc.Annotations).NotTo(HaveKey(tg.AnnotationApprovalRule), "no rule approved")
+
+	for _, c := range []struct{ key, value, want string }{
+		{tg.AnnotationProvider, "ApprovalProvider/", `annotation toolgate.dev/provider is "ApprovalProvider/", not ApprovalProvider/<name> or ClusterApprovalProvider/<name>`},
+		{tg.AnnotationProvider, "Secret/x", `not ApprovalProvider/<name>`},
+		{tg.AnnotationExecutionTimeout, "5", `annotation toolgate.dev/execution-timeout is "5", not a duration`},
+		{tg.AnnotationToolGeneration, "", "is not a number"},
+	} {
+		tc := recordedCall()
+		tc.Annotations[c.key] = c.value
+		r := ReadRecord(tc)
+		g.Expect(r.Problem(c.key)).To(MatchError(ContainSubstring(c.want)), "%s=%q", c.key, c.value)
+		g.Expect(r.Provider).To(Equal(ProviderRef{}), "a malformed provider is no provider")
+	}
+	tc = recordedCall()
+	delete(tc.Annotations, tg.AnnotationToolUID)
+	g.Expect(ReadRecord(tc).RecordsToolVersion()).To(BeFalse())
+	g.Expect(ReadRecord(tc).Problem(tg.AnnotationToolUID)).To(MatchError("annotation toolgate.dev/tool-uid is missing (the controller writes it together with the finalizer)"))
 }

@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"encoding/json"
-	"fmt"
-	"strconv"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -39,8 +37,8 @@ type toolFactsAtCall struct {
 	Generation int64  `json:"generation"`
 }
 
-// requestContext renders the context object of tc's approval request.
-func requestContext(tc *tg.ToolCall) ([]byte, error) {
+// requestContext renders the context object of tc's approval request, accepted with record r.
+func requestContext(tc *tg.ToolCall, r Record) ([]byte, error) {
 	body := requestContextBody{Namespace: tc.Namespace, ToolCall: toolCallContext{Name: tc.Name, UID: string(tc.UID)}}
 	if rq := tc.Spec.Requester; rq != nil {
 		groups := rq.Groups
@@ -49,12 +47,11 @@ func requestContext(tc *tg.ToolCall) ([]byte, error) {
 		}
 		body.Requester = &requesterFacts{Username: rq.Username, Groups: groups}
 	}
-	if gen, ok := tc.Annotations[tg.AnnotationToolGeneration]; ok {
-		g, err := strconv.ParseInt(gen, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("annotation %s, written when the ToolCall was accepted, is not a number: %w", tg.AnnotationToolGeneration, err)
+	if r.generationWritten {
+		if err := r.Problem(tg.AnnotationToolGeneration); err != nil {
+			return nil, err
 		}
-		body.Tool = &toolFactsAtCall{Name: tc.Annotations[tg.AnnotationToolName], Generation: g}
+		body.Tool = &toolFactsAtCall{Name: r.Tool.Name, Generation: r.Tool.Generation}
 	}
 	return json.Marshal(body)
 }

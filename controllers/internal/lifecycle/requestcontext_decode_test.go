@@ -15,7 +15,7 @@ import (
 func TestContextToolCallReadsWhatRequestContextWrote(t *testing.T) {
 	tc := &tg.ToolCall{ObjectMeta: metav1.ObjectMeta{Namespace: "payments", Name: "refund-1", UID: "c0ffee00-0000-4000-8000-000000000001",
 		Annotations: map[string]string{tg.AnnotationToolGeneration: "3", tg.AnnotationToolName: "issue-refund"}}}
-	raw, err := requestContext(tc)
+	raw, err := requestContext(tc, ReadRecord(tc))
 	if err != nil {
 		t.Fatal(err)
 	}

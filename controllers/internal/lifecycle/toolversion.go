@@ -2,40 +2,31 @@ package lifecycle
 
 import (
 	"fmt"
-	"strconv"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
 
 // An approval, a human's or a rule's, is given for one version of the Tool: the one the ToolCall was
-// accepted against. Acceptance records the Tool's UID and generation; the Job is created only from
-// that Tool at that generation.
-
-// RecordToolVersion writes the Tool's identity into the acceptance record (tc's annotations, which
-// the caller has made).
-func RecordToolVersion(tc *tg.ToolCall, tool *tg.Tool) {
-	tc.Annotations[tg.AnnotationToolUID] = string(tool.UID)
-	tc.Annotations[tg.AnnotationToolGeneration] = strconv.FormatInt(tool.Generation, 10)
-	tc.Annotations[tg.AnnotationToolName] = tool.Name
-}
+// accepted against. The acceptance record (Record.Tool) holds the Tool's UID and generation; the Job
+// is created only from that Tool at that generation.
 
 // ToolVersionMismatch says how tool differs from the version tc was accepted against, "" when it is
 // that version. Missing or malformed annotations are a mismatch too: nothing runs on a version nobody
 // recorded.
 func ToolVersionMismatch(tc *tg.ToolCall, tool *tg.Tool) string {
-	uid, okUID := tc.Annotations[tg.AnnotationToolUID]
-	gen, errGen := strconv.ParseInt(tc.Annotations[tg.AnnotationToolGeneration], 10, 64)
+	r := ReadRecord(tc)
+	at := r.Tool
 	switch {
-	case !okUID || errGen != nil:
+	case !r.RecordsToolVersion():
 		return fmt.Sprintf("the ToolCall does not record which version of Tool %s it was accepted against (annotations %s and %s)",
 			tool.Name, tg.AnnotationToolUID, tg.AnnotationToolGeneration)
-	case tc.Annotations[tg.AnnotationToolName] != "" && tc.Annotations[tg.AnnotationToolName] != tool.Name:
+	case at.Name != "" && at.Name != tool.Name:
 		// A Tool's name never changes for its UID: a record naming another is not one this controller wrote.
-		return fmt.Sprintf("the ToolCall records Tool %s (annotation %s) but was accepted against Tool %s", tc.Annotations[tg.AnnotationToolName], tg.AnnotationToolName, tool.Name)
-	case uid != string(tool.UID):
-		return fmt.Sprintf("Tool %s was deleted and created again after the ToolCall was accepted (UID %s, accepted against %s)", tool.Name, tool.UID, uid)
-	case gen != tool.Generation:
-		return fmt.Sprintf("Tool %s was changed after the ToolCall was accepted (generation %d, accepted against %d)", tool.Name, tool.Generation, gen)
+		return fmt.Sprintf("the ToolCall records Tool %s (annotation %s) but was accepted against Tool %s", at.Name, tg.AnnotationToolName, tool.Name)
+	case at.UID != tool.UID:
+		return fmt.Sprintf("Tool %s was deleted and created again after the ToolCall was accepted (UID %s, accepted against %s)", tool.Name, tool.UID, at.UID)
+	case at.Generation != tool.Generation:
+		return fmt.Sprintf("Tool %s was changed after the ToolCall was accepted (generation %d, accepted against %d)", tool.Name, tool.Generation, at.Generation)
 	}
 	return ""
 }
@@ -44,7 +35,7 @@ func ToolVersionMismatch(tc *tg.ToolCall, tool *tg.Tool) string {
 // changed: edited, being deleted, deleted (and perhaps created again under the toolName); "" while it
 // is unchanged, or when tc records no version (which the acceptance check deals with).
 func ToolChangeAmong(tc *tg.ToolCall, tools []tg.Tool) string {
-	uid := tc.Annotations[tg.AnnotationToolUID]
+	uid := ReadRecord(tc).Tool.UID
 	if uid == "" {
 		return ""
 	}
@@ -54,7 +45,7 @@ func ToolChangeAmong(tc *tg.ToolCall, tools []tg.Tool) string {
 		if t.Spec.ToolName != tc.Spec.Tool {
 			continue
 		}
-		if string(t.UID) == uid {
+		if t.UID == uid {
 			if !t.DeletionTimestamp.IsZero() {
 				return fmt.Sprintf("Tool %s is being deleted", t.Name)
 			}
