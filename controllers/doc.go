@@ -27,10 +27,12 @@
 //
 // What they share is in controllers/internal: lifecycle (the rules the ToolCall steps apply without
 // the cluster: the outcome table, the run gate, timing, the acceptance record), providers (which
-// provider serves a Tool, a client for each, the Secrets that consent to serve them, and Unusable,
-// why one cannot), toolcache (what is derived from each Tool generation), readiness (the Ready,
-// Reconciling and Stalled conditions of Tools and provider objects, and the event of a change of
-// Ready) and mergepatch (the one way status and finalizers are written).
+// provider serves a Tool, a client for each, the Secrets that consent to serve them),
+// toolcache (what is derived from each Tool generation), readiness (the Ready, Reconciling and
+// Stalled conditions of Tools, MCPServers and provider objects: Error, why one cannot be used, with
+// its progress, reason and message; Writer, their one status write, against the resourceVersion
+// read, and the one event of a change of Ready) and mergepatch (the one way status and finalizers
+// are written).
 //
 // metrics.go counts the manager's apiserver writes and provider requests and errors (by provider
 // object); statemetrics.go computes the gauges of ToolCalls and provider readiness from the cache at

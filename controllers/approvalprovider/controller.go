@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -64,7 +62,7 @@ const (
 // skipped when nothing changed.
 //
 //	step (file)                                              what it sets
-//	deleted: retire (provider_controller.go)                 an object with an instance of its own
+//	deleted: retire (provisioning.go)                        an object with an instance of its own
 //	                                                         deletes it; one with an issued credential
 //	                                                         waits until its calls ended; then it goes
 //	spec.provisioning: provision (provisioning.go)           the finalizer, the instance and its
@@ -73,11 +71,15 @@ const (
 //	                                                         Ready False when none could be had
 //	spec.provisioning: retireReplaced (provisioning.go)      replaced instances no call uses deleted
 //	otherwise: the in-use finalizer                          -
-//	check (provider_controller.go)                           Ready (with Reconciling and Stalled): the
+//	check (controller.go)                                    Ready (with Reconciling and Stalled): the
 //	                                                         client built and the provider probed with
 //	                                                         the credential
 //	registerDelivery (delivery.go)                           Delivery: the receiver registered with
 //	                                                         the instance (spec.delivery), or removed
+//	the status write (readiness.Writer)                      Ready from the first step's *readiness.Error,
+//	                                                         or Reachable; one patch against the
+//	                                                         resourceVersion read; the event of a
+//	                                                         change of Ready once it is written
 //	requeue                                                  the next probe, renewal or retirement
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := providers.NewObject(r.Kind)
@@ -88,9 +90,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.retire(ctx, k, obj)
 	}
-	orig := obj.GetStatus().DeepCopy()
+	st := obj.GetStatus()
+	w := readiness.Begin(obj, st, &st.Conditions)
 	var (
-		problem error         // why the object cannot serve: a *providers.Unusable
+		problem error         // why the object cannot serve: a *readiness.Error
 		renewal string        // why a due replacement of its credential failed
 		next    time.Duration // how soon replaced instances or a registration are looked at again
 	)
@@ -106,41 +109,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if problem == nil {
 		problem = r.check(ctx, k, obj)
 	}
-	status, reason, message := metav1.ConditionTrue, tg.ReasonReachable, "An authenticated read at the provider succeeded."
-	if problem != nil {
-		u, ok := providers.UnusableOf(problem)
-		if !ok {
-			return ctrl.Result{}, problem
-		}
-		status, reason, message = metav1.ConditionFalse, u.Reason, u.Message
+	if _, ok := readiness.ErrorOf(problem); problem != nil && !ok {
+		return ctrl.Result{}, problem
 	}
-	if renewal != "" && status == metav1.ConditionTrue {
+	message := "An authenticated read at the provider succeeded."
+	if renewal != "" {
 		message += " " + renewal
 	}
 	delivery, soon := r.registerDelivery(ctx, k, obj)
 	if soon > 0 {
 		next = minPositive(next, soon)
 	}
-	st := obj.GetStatus()
 	setDeliveryCondition(st, delivery)
 	st.ObservedGeneration = obj.GetGeneration()
-	progress := progressOf(reason)
-	readiness.Set(&st.Conditions, obj.GetGeneration(), progress, reason, message)
-	if !equality.Semantic.DeepEqual(orig, st) {
-		base := obj.DeepCopyObject().(tg.GenericProvider)
-		*base.GetStatus() = *orig
-		if err := r.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("writing the status of %s: %w", k, err)
-		}
-		readiness.Report(r.Recorder, obj, orig.Conditions, st.Conditions, progress)
+	res, err := w.Write(ctx, r.Client, r.Recorder, problem, tg.ReasonReachable, message)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("%s: %w", k, err)
 	}
-	return ctrl.Result{RequeueAfter: r.requeue(obj, status, renewal, next)}, nil
+	return res.RequeueAfter(r.requeue(obj, res.Progress, renewal, next)), nil
 }
 
 // readinessTable is every reason of a provider object's Ready condition, with what it means: a
 // settings error (a missing or unreadable Secret or CA bundle, a credential the provider refuses) is
 // Stalled until someone fixes it, though the manager keeps probing and notices the fix; a provider
-// that cannot be read now, or an instance it could not create, is retried.
+// that cannot be read now, or an instance it could not create, is retried. The *readiness.Error of
+// each step carries the progress of its reason as this table says.
 var readinessTable = []struct {
 	reason   string
 	progress readiness.Progress
@@ -152,16 +145,6 @@ var readinessTable = []struct {
 	{tg.ReasonCredentialForbidden, readiness.Stalled},
 	{tg.ReasonUnreachable, readiness.Retrying},
 	{tg.ReasonProvisioningFailed, readiness.Retrying},
-}
-
-// progressOf is what a reason of Ready means; a reason not in the table is retried.
-func progressOf(reason string) readiness.Progress {
-	for _, row := range readinessTable {
-		if row.reason == reason {
-			return row.progress
-		}
-	}
-	return readiness.Retrying
 }
 
 // Readiness is every reason of the Ready condition of kind (ApprovalProvider or
@@ -177,9 +160,9 @@ func Readiness(kind string) []readiness.Row {
 // requeue is how soon the object is looked at again: a Ready one at its next probe, one that is not
 // sooner; earlier when its credential is due to be replaced (or its replacement failed) or a
 // replaced instance is to be looked at again (retire, 0 for none).
-func (r *Reconciler) requeue(obj tg.GenericProvider, status metav1.ConditionStatus, renewal string, retire time.Duration) time.Duration {
+func (r *Reconciler) requeue(obj tg.GenericProvider, progress readiness.Progress, renewal string, retire time.Duration) time.Duration {
 	next := reprobeNotReady
-	if status == metav1.ConditionTrue && renewal == "" {
+	if progress == readiness.Usable && renewal == "" {
 		next = reprobeReady
 	}
 	if retire > 0 {
@@ -195,14 +178,14 @@ func (r *Reconciler) requeue(obj tg.GenericProvider, status metav1.ConditionStat
 
 // check builds the provider's client and probes it. Messages name what to fix and never quote the
 // credential or anything that changes from one probe to the next.
-// It returns nil when the provider accepted the credential, a *providers.Unusable otherwise.
+// It returns nil when the provider accepted the credential, a *readiness.Error otherwise.
 func (r *Reconciler) check(ctx context.Context, k providers.Key, obj tg.GenericProvider) error {
 	hc, err := r.Providers.Current(ctx, k, obj)
 	if err != nil {
 		return err
 	}
 	if err := hc.ReloadCredential(); err != nil {
-		return &providers.Unusable{Reason: tg.ReasonCredentialUnavailable, Message: err.Error()}
+		return readiness.Stalledf(tg.ReasonCredentialUnavailable, "%s", err.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -213,21 +196,21 @@ func (r *Reconciler) check(ctx context.Context, k providers.Key, obj tg.GenericP
 		return nil
 	case provider.CodeUnauthenticated:
 		if inst := obj.GetStatus().Instance; inst != nil && inst.CredentialExpiresAt != nil {
-			return providers.Unusablef(tg.ReasonCredentialRejected,
+			return readiness.Stalledf(tg.ReasonCredentialRejected,
 				"The provider refused the credential it issued for instance %s (401), which expires at %s; the manager replaces it with a new instance once two thirds of its lifetime have passed. If the provider revoked it sooner, delete this object (its pending requests are cancelled) and create it again.",
 				inst.ID, inst.CredentialExpiresAt.UTC().Format(time.RFC3339))
 		}
-		return providers.Unusablef(tg.ReasonCredentialRejected,
+		return readiness.Stalledf(tg.ReasonCredentialRejected,
 			"The provider refused the credential (401): put this instance's credential in Secret %s, key %q.", secret.Name, key)
 	case provider.CodeForbidden:
-		return providers.Unusablef(tg.ReasonCredentialForbidden,
+		return readiness.Stalledf(tg.ReasonCredentialForbidden,
 			"The provider knows the credential in Secret %s but it may not make approval requests (403): a provisioner token is not an instance credential.", secret.Name)
 	default:
 		cause := "provider error " + code
 		if cert := providers.CertificateProblem(err); cert != "" {
 			cause = "the provider's TLS certificate could not be verified: " + cert + "; check spec.url, and that spec.caBundle or spec.caBundleRef holds the CA that signed it"
 		}
-		return providers.Unusablef(tg.ReasonUnreachable, "The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
+		return readiness.Retryingf(tg.ReasonUnreachable, "The provider could not be read at %s (%s).", obj.GetSpec().URL, cause)
 	}
 }
 

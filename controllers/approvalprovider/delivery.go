@@ -17,6 +17,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -154,7 +155,7 @@ func (r *Reconciler) updateDelivery(ctx context.Context, k providers.Key, obj tg
 // updateFailure says why a delivery update failed: the provider's error code, or why it was never
 // sent.
 func updateFailure(err error) string {
-	if u, ok := providers.UnusableOf(err); ok {
+	if u, ok := readiness.ErrorOf(err); ok {
 		// No client could be built with the provisioner token (its Secret, or the object's CA
 		// bundle): nothing reached the provider.
 		return "the provisioner token cannot be used: " + u.Message

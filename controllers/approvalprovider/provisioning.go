@@ -18,6 +18,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/mergepatch"
 	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -26,12 +27,12 @@ import (
 // object), then, unless the Secret exists, asks the provider for the instance under the object's
 // UID as Idempotency-Key. A repeat after a crash, or after someone deleted the Secret, gets the same
 // instance and credential back. A credential that expires is replaced by a new instance once two
-// thirds of its lifetime have passed (replace). An error, a *providers.Unusable, says why the
+// thirds of its lifetime have passed (replace). An error, a *readiness.Error, says why the
 // instance could not be had (the Ready condition's reason and message). renewal, when not empty, says why a
 // replacement failed; the current credential is still valid.
 func (r *Reconciler) provision(ctx context.Context, k providers.Key, obj tg.GenericProvider) (renewal string, err error) {
 	if err := r.addFinalizer(ctx, obj, tg.FinalizerInstance); err != nil {
-		return "", providers.Unusablef(tg.ReasonProvisioningFailed, "The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
+		return "", readiness.Retryingf(tg.ReasonProvisioningFailed, "The finalizer that deletes the instance with this object could not be added: %v.", apierrors.ReasonForError(err))
 	}
 	secret, _ := r.Providers.CredentialOf(k, obj)
 	err = r.Providers.Live().Get(ctx, secret, &corev1.Secret{})
@@ -40,7 +41,7 @@ func (r *Reconciler) provision(ctx context.Context, k providers.Key, obj tg.Gene
 	switch {
 	case err == nil && inst != nil && !r.Clock.Now().Before(renewAt(inst)):
 		if err := r.newInstance(ctx, k, obj, inst.ID); err != nil {
-			u, _ := providers.UnusableOf(err)
+			u, _ := readiness.ErrorOf(err)
 			return fmt.Sprintf("Its credential expires at %s and could not be replaced yet (%s): %s",
 				inst.CredentialExpiresAt.UTC().Format(time.RFC3339), u.Reason, u.Message), nil
 		}
@@ -48,7 +49,7 @@ func (r *Reconciler) provision(ctx context.Context, k providers.Key, obj tg.Gene
 	case err == nil && inst != nil:
 		return "", nil
 	case err != nil && !missing:
-		return "", providers.Unusablef(tg.ReasonProvisioningFailed, "Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
+		return "", readiness.Retryingf(tg.ReasonProvisioningFailed, "Secret %s could not be read: %s.", secret, apierrors.ReasonForError(err))
 	}
 	replaces := ""
 	if inst != nil {
@@ -77,7 +78,7 @@ func renewAt(inst *tg.ProviderInstance) time.Time {
 // UID as Idempotency-Key, or the one that replaces instance replaces, under a key derived from both,
 // so that a repeat after a crash gets the same instance and credential back. It keeps the
 // credential in a Secret the object owns and records the instance in the status; the instance it
-// replaces joins status.replacedInstances. Its error is a *providers.Unusable.
+// replaces joins status.replacedInstances. Its error is a *readiness.Error.
 func (r *Reconciler) newInstance(ctx context.Context, k providers.Key, obj tg.GenericProvider, replaces string) error {
 	pc, err := r.provisioner(ctx, k, obj)
 	if err != nil {
@@ -99,9 +100,9 @@ func (r *Reconciler) newInstance(ctx context.Context, k providers.Key, obj tg.Ge
 	}
 	if holder, err := r.instanceHolder(ctx, obj, got.Instance.ID); err != nil || holder != "" {
 		if err != nil {
-			return providers.Unusablef(tg.ReasonProvisioningFailed, "The instance the provider issued could not be checked against the other provider objects: %v.", err)
+			return readiness.Retryingf(tg.ReasonProvisioningFailed, "The instance the provider issued could not be checked against the other provider objects: %v.", err)
 		}
-		return providers.Unusablef(tg.ReasonProvisioningFailed, "The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
+		return readiness.Retryingf(tg.ReasonProvisioningFailed, "The provider answered with instance %s, which %s already holds: two provider objects never share an instance "+
 			"(the requests and notifications of one would be taken for the other's), so it was not recorded. Point spec.url at a provisioner that issues this object an instance of its own.",
 			got.Instance.ID, holder)
 	}
@@ -111,10 +112,10 @@ func (r *Reconciler) newInstance(ctx context.Context, k providers.Key, obj tg.Ge
 		Data:       map[string][]byte{providers.ProvisionedKey: []byte(got.Credential.Token)},
 	}
 	if err := controllerutil.SetOwnerReference(obj, owned, r.Scheme()); err != nil {
-		return &providers.Unusable{Reason: tg.ReasonProvisioningFailed, Message: err.Error()}
+		return readiness.Retryingf(tg.ReasonProvisioningFailed, "%s", err.Error())
 	}
 	if err := r.Create(ctx, owned); err != nil && !apierrors.IsAlreadyExists(err) {
-		return providers.Unusablef(tg.ReasonProvisioningFailed, "Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
+		return readiness.Retryingf(tg.ReasonProvisioningFailed, "Secret %s for the instance's credential could not be created: %s.", secret, apierrors.ReasonForError(err))
 	}
 	st := obj.GetStatus()
 	if cur := st.Instance; cur != nil && cur.ID == got.Instance.ID {
@@ -205,18 +206,18 @@ func (r *Reconciler) deleteInstance(ctx context.Context, k providers.Key, obj tg
 func provisionFailed(err error) error {
 	switch code := provider.CodeOf(err); code {
 	case provider.CodeUnauthenticated:
-		return providers.Unusablef(tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef.")
+		return readiness.Stalledf(tg.ReasonCredentialRejected, "The provider refused the provisioner token (401): put a provisioner token it knows in spec.provisioning.provisionerTokenSecretRef.")
 	case provider.CodeForbidden:
-		return providers.Unusablef(tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token.")
+		return readiness.Stalledf(tg.ReasonCredentialForbidden, "The provider knows the token in spec.provisioning.provisionerTokenSecretRef but it may not create instances (403): an instance credential is not a provisioner token.")
 	case provider.CodeInstanceDeleted:
-		return providers.Unusablef(tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew.")
+		return readiness.Retryingf(tg.ReasonProvisioningFailed, "The provider deleted the instance this object created, and AAP does not create it again under the same key: create the provider object anew.")
 	default:
-		return providers.Unusablef(tg.ReasonProvisioningFailed, "The provider could not create the instance (provider error %s).", code)
+		return readiness.Retryingf(tg.ReasonProvisioningFailed, "The provider could not create the instance (provider error %s).", code)
 	}
 }
 
 // provisioner is the client that manages the object's instance, with the provisioner token as its
-// credential; its error is a *providers.Unusable.
+// credential; its error is a *readiness.Error.
 func (r *Reconciler) provisioner(ctx context.Context, k providers.Key, obj tg.GenericProvider) (*provider.HTTPClient, error) {
 	ref := obj.GetSpec().Provisioning.ProvisionerTokenSecretRef
 	secret := types.NamespacedName{Namespace: r.Providers.NamespaceOf(k), Name: ref.Name}

@@ -8,6 +8,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 )
 
 func TestRenewAt(t *testing.T) {
@@ -44,22 +45,22 @@ func TestProviderRequeue(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name    string
-		obj     tg.GenericProvider
-		status  metav1.ConditionStatus
-		renewal string
-		retire  time.Duration
-		want    time.Duration
+		name     string
+		obj      tg.GenericProvider
+		progress readiness.Progress
+		renewal  string
+		retire   time.Duration
+		want     time.Duration
 	}{
-		{"ready", &tg.ApprovalProvider{}, metav1.ConditionTrue, "", 0, reprobeReady},
-		{"not ready", &tg.ApprovalProvider{}, metav1.ConditionFalse, "", 0, reprobeNotReady},
-		{"ready, replacement failed", expiring(-time.Minute), metav1.ConditionTrue, "could not be replaced", 0, reprobeNotReady},
-		{"ready, replacement due in a minute", expiring(time.Minute), metav1.ConditionTrue, "", 0, time.Minute},
-		{"ready, replacement due in a day", expiring(24 * time.Hour), metav1.ConditionTrue, "", 0, reprobeReady},
-		{"ready, a replaced instance to look at again", &tg.ApprovalProvider{}, metav1.ConditionTrue, "", 3 * time.Second, 3 * time.Second},
-		{"issued credential: no replacement", &tg.ApprovalProvider{Status: expiring(time.Minute).Status}, metav1.ConditionTrue, "", 0, reprobeReady},
+		{"ready", &tg.ApprovalProvider{}, readiness.Usable, "", 0, reprobeReady},
+		{"not ready", &tg.ApprovalProvider{}, readiness.Retrying, "", 0, reprobeNotReady},
+		{"ready, replacement failed", expiring(-time.Minute), readiness.Usable, "could not be replaced", 0, reprobeNotReady},
+		{"ready, replacement due in a minute", expiring(time.Minute), readiness.Usable, "", 0, time.Minute},
+		{"ready, replacement due in a day", expiring(24 * time.Hour), readiness.Usable, "", 0, reprobeReady},
+		{"ready, a replaced instance to look at again", &tg.ApprovalProvider{}, readiness.Usable, "", 3 * time.Second, 3 * time.Second},
+		{"issued credential: no replacement", &tg.ApprovalProvider{Status: expiring(time.Minute).Status}, readiness.Usable, "", 0, reprobeReady},
 	} {
-		if got := r.requeue(tc.obj, tc.status, tc.renewal, tc.retire); got != tc.want {
+		if got := r.requeue(tc.obj, tc.progress, tc.renewal, tc.retire); got != tc.want {
 			t.Errorf("%s: requeue = %s, want %s", tc.name, got, tc.want)
 		}
 	}

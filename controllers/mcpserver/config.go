@@ -11,16 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/mcpclient"
 )
 
 // How the manager and the calls' Jobs reach the server: the CA bundle and the headers, read from the
 // Secrets that consent to serve the MCPServer.
-
-// configError is a settings error only a change fixes, with the reason of the Ready condition.
-type configError struct{ reason, message string }
-
-func (e *configError) Error() string { return e.message }
 
 // consents reports whether Secret s serves MCPServer srv: it carries the label toolgate.dev/mcp-server
 // with srv's name.
@@ -38,24 +34,24 @@ func (r *Reconciler) secretValue(ctx context.Context, srv *tg.MCPServer, name, k
 		return nil, fmt.Errorf("reading Secret %s/%s: %s", srv.Namespace, name, apierrors.ReasonForError(err))
 	}
 	if err != nil || !consents(s, srv) {
-		return nil, &configError{reason, fmt.Sprintf("no Secret %s/%s serves MCPServer %s: create it with %s under key %q and the label %s=%s, by which a Secret consents to serve this object",
-			srv.Namespace, name, srv.Name, what, key, tg.LabelMCPServer, srv.Name)}
+		return nil, readiness.Stalledf(reason, "no Secret %s/%s serves MCPServer %s: create it with %s under key %q and the label %s=%s, by which a Secret consents to serve this object",
+			srv.Namespace, name, srv.Name, what, key, tg.LabelMCPServer, srv.Name)
 	}
 	v := s.Data[key]
 	if len(strings.TrimSpace(string(v))) == 0 {
-		return nil, &configError{reason, fmt.Sprintf("Secret %s/%s has no key %q, or it is empty: put %s there", srv.Namespace, name, key, what)}
+		return nil, readiness.Stalledf(reason, "Secret %s/%s has no key %q, or it is empty: put %s there", srv.Namespace, name, key, what)
 	}
 	return v, nil
 }
 
 // settings reads what reaching the server needs: the client configuration for discovery, and the
 // env that gives a call's Job the same (secretKeyRef and configMapKeyRef: the values are never copied
-// into a Tool). A *configError says what to change.
+// into a Tool). A Stalled *readiness.Error says what to change.
 func (r *Reconciler) settings(ctx context.Context, srv *tg.MCPServer) (mcpclient.Config, connection, error) {
 	cfg := mcpclient.Config{URL: srv.Spec.URL, AllowInsecureHTTP: srv.Spec.AllowInsecureHTTP, Version: tg.GroupVersion.Version}
 	var conn connection
 	if err := cfg.Validate(); err != nil {
-		return cfg, conn, &configError{tg.ReasonInvalidMCPServerSpec, "spec.url: " + err.Error()}
+		return cfg, conn, readiness.Stalledf(tg.ReasonInvalidMCPServerSpec, "spec.url: %s", err.Error())
 	}
 	switch ref := srv.Spec.CABundleRef; {
 	case len(srv.Spec.CABundle) > 0:
@@ -72,7 +68,7 @@ func (r *Reconciler) settings(ctx context.Context, srv *tg.MCPServer) (mcpclient
 				if !apierrors.IsNotFound(err) {
 					return cfg, conn, fmt.Errorf("reading ConfigMap %s/%s: %s", srv.Namespace, ref.Name, apierrors.ReasonForError(err))
 				}
-				return cfg, conn, &configError{tg.ReasonCABundleInvalid, fmt.Sprintf("spec.caBundleRef: ConfigMap %s/%s does not exist: create it with the PEM bundle under key %q", srv.Namespace, ref.Name, key)}
+				return cfg, conn, readiness.Stalledf(tg.ReasonCABundleInvalid, "spec.caBundleRef: ConfigMap %s/%s does not exist: create it with the PEM bundle under key %q", srv.Namespace, ref.Name, key)
 			}
 			cfg.CABundle = []byte(cm.Data[key])
 			conn.env = append(conn.env, corev1.EnvVar{Name: mcpclient.EnvCABundle, ValueFrom: &corev1.EnvVarSource{
@@ -87,11 +83,11 @@ func (r *Reconciler) settings(ctx context.Context, srv *tg.MCPServer) (mcpclient
 				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: key}}})
 		}
 		if !x509.NewCertPool().AppendCertsFromPEM(cfg.CABundle) {
-			return cfg, conn, &configError{tg.ReasonCABundleInvalid, fmt.Sprintf("spec.caBundleRef: %s %s key %q holds no PEM certificate", ref.Kind, ref.Name, key)}
+			return cfg, conn, readiness.Stalledf(tg.ReasonCABundleInvalid, "spec.caBundleRef: %s %s key %q holds no PEM certificate", ref.Kind, ref.Name, key)
 		}
 	}
 	if len(srv.Spec.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(srv.Spec.CABundle) {
-		return cfg, conn, &configError{tg.ReasonCABundleInvalid, "spec.caBundle holds no PEM certificate: put the PEM bundle of the CAs that issued the server's certificate there"}
+		return cfg, conn, readiness.Stalledf(tg.ReasonCABundleInvalid, "spec.caBundle holds no PEM certificate: put the PEM bundle of the CAs that issued the server's certificate there")
 	}
 	for i, h := range srv.Spec.Headers {
 		key := h.SecretKeyRef.Key

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -77,48 +76,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.listeners.stop(req.NamespacedName)
 		return ctrl.Result{}, nil // its Tools go with it (ownerReferences)
 	}
-	orig := srv.Status.DeepCopy()
+	w := readiness.Begin(srv, &srv.Status, &srv.Status.Conditions)
 	interval := refreshInterval(srv)
-	progress, reason, message, err := r.discover(ctx, srv)
+	message, problem := r.discover(ctx, srv)
+	srv.Status.ObservedGeneration = srv.Generation
+	// Against the resourceVersion read: a reconcile that started from a cached copy older than the
+	// last status written (a listing the server's notification asked for right after another) does
+	// not report that change of Ready a second time. It reads again instead.
+	res, err := w.Write(ctx, r.Client, r.Recorder, problem, tg.ReasonToolsDiscovered, message)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	readiness.Set(&srv.Status.Conditions, srv.Generation, progress, reason, truncate(message))
-	srv.Status.ObservedGeneration = srv.Generation
-	if !equality.Semantic.DeepEqual(*orig, srv.Status) {
-		base := srv.DeepCopy()
-		base.Status = *orig
-		// Against the resourceVersion read: a reconcile that started from a cached copy older than
-		// the last status written (a listing the server's notification asked for right after
-		// another) must not report that change of Ready a second time. It reads again instead.
-		if err := r.Status().Patch(ctx, srv, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		readiness.Report(r.Recorder, srv, orig.Conditions, srv.Status.Conditions, progress)
+	if res.Progress == readiness.Retrying {
+		return res.RequeueAfter(min(interval, maxRetryInterval)), nil
 	}
-	if progress == readiness.Retrying {
-		return ctrl.Result{RequeueAfter: min(interval, maxRetryInterval)}, nil
-	}
-	return ctrl.Result{RequeueAfter: interval}, nil
+	return res.RequeueAfter(interval), nil
 }
 
-// discover does one round: settings, tools/list, Tools. It returns the Ready condition's progress,
-// reason and message; an error only for a failed apiserver request (retried with backoff).
-func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness.Progress, string, string, error) {
+// discover does one round: settings, tools/list, Tools. It returns the message of Ready when the
+// tools were listed, a *readiness.Error when they were not (or not all of them got a Tool), and any
+// other error for a failed apiserver request (retried with backoff).
+func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, error) {
 	if p := badPattern(srv.Spec.Tools); p != "" {
-		return readiness.Stalled, tg.ReasonInvalidMCPServerSpec, fmt.Sprintf("spec.tools: %q is not a valid glob (\"*\", \"?\" and \"[...]\" as Go's path.Match); fix or remove it", p), nil
+		return "", readiness.Stalledf(tg.ReasonInvalidMCPServerSpec, "spec.tools: %q is not a valid glob (\"*\", \"?\" and \"[...]\" as Go's path.Match); fix or remove it", p)
 	}
 	cfg, conn, err := r.settings(ctx, srv)
-	if cerr := (*configError)(nil); errors.As(err, &cerr) {
+	if cerr, ok := readiness.ErrorOf(err); ok {
 		// The session that listens was opened with these settings: a Secret that no longer
 		// consents (or is gone) must not go on serving it.
 		r.listeners.stop(client.ObjectKeyFromObject(srv))
-		return readiness.Stalled, cerr.reason, cerr.message + ". The Tools generated before are kept as they are.", nil
+		return "", readiness.Stalledf(cerr.Reason, "%s. The Tools generated before are kept as they are.", cerr.Message)
 	} else if err != nil {
-		return "", "", "", err
+		return "", err
 	}
 	cfg.Limits = r.Options.Limits
 	tools, err := mcpclient.Discover(ctx, cfg, DiscoveryTimeout)
@@ -128,32 +117,32 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 		logf.FromContext(ctx).Info("listing the server's tools failed", "url", srv.Spec.URL, "error", err.Error())
 		if lerr := (*mcpclient.LimitError)(nil); errors.As(err, &lerr) {
 			reason, words := overLimit(lerr)
-			return readiness.Stalled, reason, fmt.Sprintf("Listing the tools of %s stopped: %s. The Tools generated before are kept as they are.", srv.Spec.URL, words), nil
+			return "", readiness.Stalledf(reason, "Listing the tools of %s stopped: %s. The Tools generated before are kept as they are.", srv.Spec.URL, words)
 		}
 		summary := mcpclient.SummaryNotMCP
 		if merr := (*mcpclient.Error)(nil); errors.As(err, &merr) {
 			summary = merr.Summary
 		}
-		return readiness.Retrying, tg.ReasonServerUnreachable,
-			fmt.Sprintf("Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary), nil
+		return "", readiness.Retryingf(tg.ReasonServerUnreachable,
+			"Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary)
 	}
 	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg, srv.Generation)
 	entries, conflicts, over, err := r.syncTools(ctx, srv, tools, conn)
 	if err != nil {
-		return "", "", "", err
+		return "", err
 	}
 	srv.Status.Tools = entries
 	if over != nil {
 		reason, words := overLimit(over)
-		return readiness.Stalled, reason, fmt.Sprintf("Some exposed tools get no Tool (status.tools says which): %s.", words), nil
+		return "", readiness.Stalledf(reason, "Some exposed tools get no Tool (status.tools says which): %s.", words)
 	}
 	if over := r.listeners.overLimit(client.ObjectKeyFromObject(srv)); over != nil {
 		reason, words := overLimit(over)
-		return readiness.Stalled, reason, fmt.Sprintf("The tools were listed, but on the session that follows the server's notifications %s: they are no longer followed until the MCPServer's spec or settings change (the listing every spec.refreshInterval goes on).", words), nil
+		return "", readiness.Stalledf(reason, "The tools were listed, but on the session that follows the server's notifications %s: they are no longer followed until the MCPServer's spec or settings change (the listing every spec.refreshInterval goes on).", words)
 	}
 	if len(conflicts) > 0 {
-		return readiness.Stalled, tg.ReasonToolNameConflict,
-			fmt.Sprintf("Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(conflicts, ", ")), nil
+		return "", readiness.Stalledf(tg.ReasonToolNameConflict,
+			"Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(conflicts, ", "))
 	}
 	made := 0
 	for _, e := range entries {
@@ -165,7 +154,7 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (readiness
 	if len(srv.Spec.Tools) == 0 {
 		msg += " spec.tools is empty, so no tool is exposed: name the tools (or globs) to expose."
 	}
-	return readiness.Usable, tg.ReasonToolsDiscovered, msg, nil
+	return msg, nil
 }
 
 // syncTools creates, updates and deletes the MCPServer's Tools so that each exposed tool has one, as
@@ -359,18 +348,6 @@ func Readiness() []readiness.Row {
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolNameTooLong, Progress: readiness.Stalled},
 	}
 }
-
-// truncate keeps a condition's message within metav1.Condition's limit.
-func truncate(message string) string {
-	if len(message) > 32768 {
-		return message[:32765] + "..."
-	}
-	return message
-}
-
-// conflictRetry is how soon a reconcile whose status write met a newer MCPServer runs again: its
-// cache has the newer copy by then, or the watch event of it requeues it anyway.
-const conflictRetry = 100 * time.Millisecond
 
 // SetupWithManager registers the MCPServer controller: creation, deletion and spec changes of
 // MCPServers, changes to the Tools they own (someone edited or deleted one), and a server's

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,8 +40,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=toolgate.dev,resources=tools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile compiles the Tool's rules and argumentsSchema (once per generation), writes the
-// conditions if they changed, in one patch, and reports a change of Ready once that patch is written.
+// Reconcile compiles the Tool's rules and argumentsSchema (once per generation), and writes the
+// conditions if they changed, in one patch, reporting a change of Ready once that patch is written
+// (readiness.Writer).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tool := &tg.Tool{}
 	if err := r.Get(ctx, req.NamespacedName, tool); err != nil {
@@ -54,22 +54,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if old, loaded := r.uids.Swap(req.NamespacedName, tool.UID); loaded && old.(types.UID) != tool.UID {
 		r.Tools.Forget(old.(types.UID)) // deleted and created again under the same name
 	}
-	orig := tool.Status.DeepCopy()
+	w := readiness.Begin(tool, &tool.Status, &tool.Status.Conditions)
 	rules := rulesCondition(tool, r.Tools)
 	meta.SetStatusCondition(&tool.Status.Conditions, rules)
-	progress, reason, message := ready(tool, rules, r.Tools)
-	readiness.Set(&tool.Status.Conditions, tool.Generation, progress, reason, message)
+	message, problem := ready(tool, rules, r.Tools)
 	tool.Status.ObservedGeneration = tool.Generation
-	if equality.Semantic.DeepEqual(*orig, tool.Status) {
-		return ctrl.Result{}, nil
+	res, err := w.Write(ctx, r.Client, r.Recorder, problem, tg.ReasonSpecCompiled, message)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	base := tool.DeepCopy()
-	base.Status = *orig
-	if err := r.Status().Patch(ctx, tool, client.MergeFrom(base)); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	readiness.Report(r.Recorder, tool, orig.Conditions, tool.Status.Conditions, progress)
-	return ctrl.Result{}, nil
+	return res.RequeueAfter(0), nil
 }
 
 // Readiness is every reason of a Tool's Ready condition, with what it means for kstatus.
@@ -82,24 +76,25 @@ func Readiness() []readiness.Row {
 }
 
 // ready is the Tool's Ready condition: its calls can be accepted when its approval rules (rules, the
-// ApprovalRulesReady condition) and its argumentsSchema compile; either one not compiling is a
-// configuration error only a change of the Tool fixes.
-func ready(tool *tg.Tool, rules metav1.Condition, c *toolcache.Cache) (readiness.Progress, string, string) {
+// ApprovalRulesReady condition) and its argumentsSchema compile (nil, with the message of Ready);
+// either one not compiling is a configuration error only a change of the Tool fixes (a Stalled
+// *readiness.Error).
+func ready(tool *tg.Tool, rules metav1.Condition, c *toolcache.Cache) (string, error) {
 	schema := "No spec.argumentsSchema."
 	if s := tool.Spec.ArgumentsSchema; s != nil && len(s.Raw) > 0 {
 		schema = "spec.argumentsSchema compiled."
 		if _, err := c.Schema(tool); err != nil {
 			schema = "spec.argumentsSchema does not compile: " + err.Error() + ". Calls to this Tool end Rejected (InvalidTool) until an admin fixes it."
 			if rules.Status == metav1.ConditionTrue {
-				return readiness.Stalled, tg.ReasonInvalidArgumentsSchema, truncate(schema)
+				return "", readiness.Stalledf(tg.ReasonInvalidArgumentsSchema, "%s", schema)
 			}
-			return readiness.Stalled, rules.Reason, truncate(rules.Message + " " + schema)
+			return "", readiness.Stalledf(rules.Reason, "%s %s", rules.Message, schema)
 		}
 	}
 	if rules.Status != metav1.ConditionTrue {
-		return readiness.Stalled, rules.Reason, rules.Message
+		return "", readiness.Stalledf(rules.Reason, "%s", rules.Message)
 	}
-	return readiness.Usable, tg.ReasonSpecCompiled, truncate(rules.Message + " " + schema)
+	return rules.Message + " " + schema, nil
 }
 
 // rulesCondition is the ApprovalRulesReady condition for the Tool's current generation.
@@ -117,16 +112,8 @@ func rulesCondition(tool *tg.Tool, c *toolcache.Cache) metav1.Condition {
 		cond.Status, cond.Reason = metav1.ConditionTrue, tg.ReasonApprovalRulesCompiled
 		cond.Message = fmt.Sprintf("%d approval rules compiled; a call no rule matches is put to a human.", rs.Len())
 	}
-	cond.Message = truncate(cond.Message)
+	cond.Message = readiness.Truncate(cond.Message)
 	return cond
-}
-
-// truncate keeps a condition's message within metav1.Condition's limit.
-func truncate(message string) string {
-	if len(message) > 32768 {
-		return message[:32765] + "..."
-	}
-	return message
 }
 
 // SetupWithManager registers the Tool controller. Creation, deletion and spec changes (a new

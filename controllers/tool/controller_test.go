@@ -34,9 +34,22 @@ func conditions(tool *tg.Tool, c *toolcache.Cache) []metav1.Condition {
 	var conds []metav1.Condition
 	rules := rulesCondition(tool, c)
 	meta.SetStatusCondition(&conds, rules)
-	p, reason, message := ready(tool, rules, c)
+	p, reason, message := readyOutcome(tool, rules, c)
 	readiness.Set(&conds, tool.Generation, p, reason, message)
 	return conds
+}
+
+// readyOutcome is what ready says, as the progress, reason and message of Ready.
+func readyOutcome(tool *tg.Tool, rules metav1.Condition, c *toolcache.Cache) (readiness.Progress, string, string) {
+	message, problem := ready(tool, rules, c)
+	if problem == nil {
+		return readiness.Usable, tg.ReasonSpecCompiled, message
+	}
+	e, ok := readiness.ErrorOf(problem)
+	if !ok {
+		panic("ready returned " + problem.Error())
+	}
+	return e.Progress, e.Reason, e.Message
 }
 
 // Ready is True when the approval rules and the argumentsSchema compile, and a configuration error
@@ -76,7 +89,7 @@ func TestReadyNeedsTheRulesAndTheSchemaToCompile(t *testing.T) {
 			cache := newCache(t)
 			rules := rulesCondition(tool, cache)
 			g.Expect(rules.Status == metav1.ConditionTrue).To(Equal(c.rulesCompiled), "ApprovalRulesReady says what it said before")
-			p, reason, message := ready(tool, rules, cache)
+			p, reason, message := readyOutcome(tool, rules, cache)
 			g.Expect(p).To(Equal(c.progress))
 			g.Expect(reason).To(Equal(c.reason))
 			for _, s := range c.messageHolds {

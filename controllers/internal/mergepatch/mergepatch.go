@@ -1,8 +1,8 @@
 // Package mergepatch writes a ToolCall's status and an object's finalizers as JSON merge patches
 // computed from the part they change. Toolgate's controllers write status and finalizers one way: a
-// merge patch from what was read (this package for ToolCalls, whose writes are the hot path, and
-// client.MergeFrom for the status of Tools and provider objects), and finalizers with Finalizers,
-// under optimistic locking.
+// merge patch from what was read (Status for ToolCalls, whose writes are the hot path, and
+// LockedStatus for the objects with a Ready condition, which readiness.Writer writes), and finalizers
+// with Finalizers, under optimistic locking.
 package mergepatch
 
 import (
@@ -63,6 +63,25 @@ func Finalizers(obj client.Object) (client.Patch, error) {
 		"finalizers":      finalizers,
 		"resourceVersion": obj.GetResourceVersion(),
 	}})
+	if err != nil {
+		return nil, err
+	}
+	return client.RawPatch(types.MergePatchType, data), nil
+}
+
+// LockedStatus is client.MergeFromWithOptimisticLock for a write of a status subresource: the merge
+// patch from the status as read (from, its JSON) to the status to write (to, its JSON), carrying
+// resourceVersion, the object's as read, so that the apiserver refuses it with a Conflict if the
+// object was written since.
+func LockedStatus(from, to []byte, resourceVersion string) (client.Patch, error) {
+	status, err := jsonpatch.CreateMergePatch(from, to)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(map[string]any{
+		"metadata": map[string]string{"resourceVersion": resourceVersion},
+		"status":   json.RawMessage(status),
+	})
 	if err != nil {
 		return nil, err
 	}

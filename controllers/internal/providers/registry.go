@@ -1,7 +1,7 @@
 // Package providers is the registry of approvals providers the manager's controllers and its webhook
 // receiver share: which provider object serves a Tool (ApprovalProvider, ClusterApprovalProvider, or
 // the manager's flags), a client for each, built from the object and the Secrets that consent to
-// serve it, and why one cannot serve (Unusable).
+// serve it, and why one cannot serve (a *readiness.Error).
 package providers
 
 import (
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -86,7 +87,7 @@ func Accepted(tc *tg.ToolCall) (Key, error) {
 	return Flags, fmt.Errorf("annotation %s is %q, not ApprovalProvider/<name> or ClusterApprovalProvider/<name>", tg.AnnotationProvider, v)
 }
 
-// Registry holds the approvals providers calls use: the manager's own (flags) and one client, with its
+// providers are the approvals providers calls use: the manager's own (flags) and one client, with its
 // connection pool, per ApprovalProvider and ClusterApprovalProvider, built from the object and its
 // Secret when first needed and again when the object changes.
 type Registry struct {
@@ -208,12 +209,12 @@ func NewObject(kind string) tg.GenericProvider {
 // unreachable for now; without, any client that can still reach it will do (a wait or a cancel of a
 // request already submitted, even if the object was since deleted). current is the provider's
 // Current instance, which a call that names none is recorded with before its first submission.
-// An *Unusable error says why there is no client: the provider is missing or not Ready, or the
+// A *readiness.Error says why there is no client: the provider is missing or not Ready, or the
 // instance is no longer kept; another error, that the provider object could not be read.
 func (p *Registry) Client(ctx context.Context, k Key, ready bool, instance string) (c provider.Client, current string, err error) {
 	if k == Flags {
 		if p.flags == nil {
-			return nil, "", Unusablef("", "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url")
+			return nil, "", readiness.Retryingf("", "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url")
 		}
 		return p.flags, "", nil
 	}
@@ -230,7 +231,7 @@ func (p *Registry) Client(ctx context.Context, k Key, ready bool, instance strin
 				return known.client, "", nil
 			}
 		}
-		return nil, "", Unusablef("", "%s does not exist", k)
+		return nil, "", readiness.Retryingf("", "%s does not exist", k)
 	}
 	if ready {
 		cond := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
@@ -240,12 +241,12 @@ func (p *Registry) Client(ctx context.Context, k Key, ready bool, instance strin
 		checked := cond != nil && (cond.ObservedGeneration == obj.GetGeneration() || !obj.GetDeletionTimestamp().IsZero())
 		switch {
 		case !checked:
-			return nil, "", Unusablef("", "%s has not been checked yet", k)
+			return nil, "", readiness.Retryingf("", "%s has not been checked yet", k)
 		case cond.Status != metav1.ConditionTrue && cond.Reason != tg.ReasonUnreachable:
 			// Its settings cannot work (a missing Secret, a refused credential): nothing is
 			// submitted until they are fixed. An unreachable provider is tried all the same: the
 			// submission retries on its own and says why it fails.
-			return nil, "", Unusablef("", "%s is not Ready (%s: %s)", k, cond.Reason, cond.Message)
+			return nil, "", readiness.Retryingf("", "%s is not Ready (%s: %s)", k, cond.Reason, cond.Message)
 		}
 	}
 	ck, secret, key, err := p.credentialFor(k, obj, instance)
@@ -254,7 +255,7 @@ func (p *Registry) Client(ctx context.Context, k Key, ready bool, instance strin
 	}
 	hc, err := p.ensure(ctx, ck, obj, secret, key)
 	if err != nil {
-		return nil, "", Unusablef("", "%s cannot be used: %v", k, err)
+		return nil, "", readiness.Retryingf("", "%s cannot be used: %v", k, err)
 	}
 	current = ""
 	if inst := ProvisionedInstance(obj); inst != nil {
@@ -281,7 +282,7 @@ func (p *Registry) credentialFor(k Key, obj tg.GenericProvider, instance string)
 			return clientKey{k, old.ID}, types.NamespacedName{Namespace: p.NamespaceOf(k), Name: old.CredentialSecretName}, ProvisionedKey, nil
 		}
 	}
-	return clientKey{k, instance}, secret, key, Unusablef("", "instance %s of %s, where the call's request is, is no longer kept: its credential expired, or the provider object was created anew", instance, k)
+	return clientKey{k, instance}, secret, key, readiness.Retryingf("", "instance %s of %s, where the call's request is, is no longer kept: its credential expired, or the provider object was created anew", instance, k)
 }
 
 // InstanceOf is the current instance of provider k, "" if it has none (yet) or is not provisioned.
@@ -309,7 +310,7 @@ func ProvisionedInstance(obj tg.GenericProvider) *tg.ProviderInstance {
 }
 
 // ensure returns client ck of provider object obj, authenticating with key of Secret secret,
-// building it when obj is new or changed or the Secret is another. An *Unusable error says why the
+// building it when obj is new or changed or the Secret is another. A *readiness.Error says why the
 // object's settings, or what they name, cannot make a client.
 func (p *Registry) ensure(ctx context.Context, ck clientKey, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, error) {
 	p.mu.Lock()
@@ -421,7 +422,7 @@ func ProvisionedSecretName(obj tg.GenericProvider, replaces string) string {
 
 // NewClient builds a client for provider object obj (its URL and CA bundle) that authenticates with
 // the token under key in Secret secret: the instance credential, or the provisioner token. Its error
-// is an *Unusable with the Ready reason.
+// is a *readiness.Error with the Ready reason.
 func (p *Registry) NewClient(ctx context.Context, k Key, obj tg.GenericProvider, secret types.NamespacedName, key string) (*provider.HTTPClient, error) {
 	spec := obj.GetSpec()
 	opts := p.base(k)
@@ -430,18 +431,18 @@ func (p *Registry) NewClient(ctx context.Context, k Key, obj tg.GenericProvider,
 	if ref := spec.CABundleRef; ref != nil {
 		pem, err := p.caBundle(ctx, k, obj.GetUID(), ref)
 		if err != nil {
-			return nil, &Unusable{Reason: tg.ReasonCABundleInvalid, Message: err.Error()}
+			return nil, readiness.Stalledf(tg.ReasonCABundleInvalid, "%s", err.Error())
 		}
 		opts.CABundle = pem
 	}
 	if len(opts.CABundle) > 0 && !x509.NewCertPool().AppendCertsFromPEM(opts.CABundle) {
-		return nil, Unusablef(tg.ReasonCABundleInvalid, "the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
+		return nil, readiness.Stalledf(tg.ReasonCABundleInvalid, "the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate")
 	}
 	uid := obj.GetUID()
 	opts.Credential = func() (string, error) { return p.SecretValue(context.Background(), k, uid, secret, key) }
 	hc, err := provider.NewHTTPClient(opts)
 	if err != nil {
-		return nil, &Unusable{Reason: tg.ReasonCredentialUnavailable, Message: err.Error()}
+		return nil, readiness.Stalledf(tg.ReasonCredentialUnavailable, "%s", err.Error())
 	}
 	return hc, nil
 }

@@ -1,7 +1,10 @@
 // Package readiness writes, on the objects whose Ready condition says whether they can be used (Tools, MCPServers,
-// ApprovalProviders and ClusterApprovalProviders), the conditions kstatus reads besides it:
-// Reconciling and Stalled, derived from what Ready's reason means (its Progress). It also reports a
-// change of Ready as one event. ToolCalls derive theirs from their phase (controllers/toolcall).
+// ApprovalProviders and ClusterApprovalProviders), Ready and the conditions kstatus reads besides it:
+// Reconciling and Stalled, derived from what Ready's reason means (its Progress). Why an object cannot
+// be used is an *Error (error.go), which carries that progress, the reason and the message; Writer
+// (write.go) is the one status write of those kinds: it sets the three conditions from the Error, or
+// Usable, patches the status once against the resourceVersion read, and reports a change of Ready as
+// one event. ToolCalls derive theirs from their phase (controllers/toolcall).
 package readiness
 
 import (
@@ -77,8 +80,9 @@ const (
 
 // Set writes Ready (status from p, reason and message) and kstatus's Reconciling and Stalled, all
 // three for generation gen and with Ready's reason. meta.SetStatusCondition keeps each one's
-// lastTransitionTime while its status holds.
+// lastTransitionTime while its status holds. A message over metav1.Condition's limit is truncated.
 func Set(conds *[]metav1.Condition, gen int64, p Progress, reason, message string) {
+	message = Truncate(message)
 	set := func(typ string, status metav1.ConditionStatus, msg string) {
 		meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
@@ -96,6 +100,17 @@ func Set(conds *[]metav1.Condition, gen int64, p Progress, reason, message strin
 		set(tg.ConditionReconciling, metav1.ConditionFalse, checkedMessage)
 		set(tg.ConditionStalled, metav1.ConditionTrue, message)
 	}
+}
+
+// maxMessage is metav1.Condition's limit of a message.
+const maxMessage = 32768
+
+// Truncate keeps a condition's message within metav1.Condition's limit.
+func Truncate(message string) string {
+	if len(message) > maxMessage {
+		return message[:maxMessage-3] + "..."
+	}
+	return message
 }
 
 // Action is the action of the events Report emits.
