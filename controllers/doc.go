@@ -18,7 +18,7 @@
 //     Job runs cmd/mcp-call (internal/mcpcall) to call that tool once.
 //   - controllers/receiver: the AAP webhook receiver, which answers providers' verification messages
 //     and has notifications recorded on the ToolCalls they concern.
-//   - internal/waiter: the long polls of pending approval requests, one goroutine each.
+//   - controllers/toolcall/waiter: the long polls of pending approval requests, one goroutine each.
 //
 // Words. A call is accepted (acceptance.go: its acceptance record, the finalizer and annotations that
 // fix its timing, Tool version and provider); its request is submitted, and withdrawn (never

@@ -30,7 +30,7 @@ import (
 	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/waiter"
+	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 // Options configure a Toolgate manager.

@@ -35,7 +35,7 @@ import (
 	"toolgate.dev/toolgate/controllers/internal/mergepatch"
 	"toolgate.dev/toolgate/controllers/internal/providers"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
-	"toolgate.dev/toolgate/internal/waiter"
+	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 // Reconciler drives a ToolCall through approval to its Job.
@@ -111,7 +111,7 @@ type Reconciler struct {
 //	                  - pending                                       AwaitingApproval, then awaitDecision
 //	AwaitingApproval  awaitDecision (approval.go):
 //	                  - applyDecision of what the waiter saw          Denied, Cancelled, ApprovalUnavailable;
-//	                    (internal/waiter), or, in asynchronous mode,  approved: startJob (an approval read
+//	                    (controllers/toolcall/waiter), or, in asynchronous mode,  approved: startJob (an approval read
 //	                    of what a notification or a safety read       by request id first confirmOwnRequest)
 //	                    found (awaitNotification, asyncwait.go)
 //	                  - failClosed on a lost or untrusted request     ApprovalUnavailable

@@ -24,7 +24,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/waiter"
+	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 // waiterServerEnv names the file the long-poll server writes its URL and certificate into; set, the

@@ -20,7 +20,7 @@ var Sources = []string{
 	"controllers/statemetrics.go",
 	"controllers/toolcall/metrics.go",
 	"controllers/receiver/receiver.go",
-	"internal/waiter/waiter.go",
+	"controllers/toolcall/waiter/waiter.go",
 	"internal/mcpgateway/metrics.go",
 }
 

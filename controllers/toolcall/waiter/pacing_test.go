@@ -15,7 +15,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/waiter"
+	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 const (

@@ -18,7 +18,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/waiter"
+	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 // A reconcile still in flight when the manager stops may ask the waiter to follow a request: the
