@@ -28,9 +28,9 @@ import (
 	"toolgate.dev/toolgate/controllers/receiver"
 	"toolgate.dev/toolgate/controllers/tool"
 	"toolgate.dev/toolgate/controllers/toolcall"
+	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 // Options configure a Toolgate manager.

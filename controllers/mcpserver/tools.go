@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/internal/mcpcall"
 	"toolgate.dev/toolgate/internal/mcpclient"
 )
 
@@ -193,9 +194,6 @@ func description(srv *tg.MCPServer, t *mcp.Tool) string {
 	return d
 }
 
-// ExecutorContainer is the name of the container of a generated Tool's Job.
-const ExecutorContainer = "mcp-call"
-
 // jobTemplate is the Job that calls the server's tool once: Toolgate's executor image, with the
 // server's URL, the tool's name, the CA bundle and the headers in its env. The ToolCall controller
 // adds TOOL_ARGUMENTS (and the other call env) and backoffLimit 0 keeps it from being run twice.
@@ -223,7 +221,7 @@ func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTem
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{{
-						Name:                     ExecutorContainer,
+						Name:                     mcpcall.Container,
 						Image:                    srv.Spec.ExecutorImage,
 						Env:                      env,
 						TerminationMessagePolicy: corev1.TerminationMessageReadFile,

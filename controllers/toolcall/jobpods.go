@@ -18,7 +18,6 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
-	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/internal/mcpcall"
 )
 
@@ -213,7 +212,7 @@ func imageWaitChanged() predicate.Funcs {
 func mcpCallLost(pods []corev1.Pod) bool {
 	for i := range pods {
 		for _, cs := range pods[i].Status.ContainerStatuses {
-			if cs.Name == mcpserver.ExecutorContainer && mcpExecutorMayHaveSent(cs) {
+			if cs.Name == mcpcall.Container && mcpExecutorMayHaveSent(cs) {
 				return true
 			}
 		}
@@ -281,7 +280,7 @@ func mcpJobLostWithoutPods(job *batchv1.Job, pods []corev1.Pod) bool {
 		return false
 	}
 	for _, c := range job.Spec.Template.Spec.Containers {
-		if c.Name == mcpserver.ExecutorContainer {
+		if c.Name == mcpcall.Container {
 			return true
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/internal/mcpcall"
 )
 
@@ -215,7 +214,7 @@ func TestMCPCallLostFailsClosed(t *testing.T) {
 		{"another container killed for memory", term(137, "OOMKilled", ""), corev1.ContainerState{}, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			name := mcpserver.ExecutorContainer
+			name := mcpcall.Container
 			if c.other {
 				name = "tool"
 			}
@@ -228,8 +227,8 @@ func TestMCPCallLostFailsClosed(t *testing.T) {
 		})
 	}
 	// One Pod that may have sent is enough, whatever the others say.
-	sent := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, State: term(137, "OOMKilled", "")}}}}
-	said := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, State: term(mcpcall.ExitNotRun, "Error", notCalled)}}}}
+	sent := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpcall.Container, State: term(137, "OOMKilled", "")}}}}
+	said := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpcall.Container, State: term(mcpcall.ExitNotRun, "Error", notCalled)}}}}
 	if !mcpCallLost([]corev1.Pod{said, sent}) {
 		t.Fatal("a Pod killed for memory was outweighed by another that was not called")
 	}
@@ -241,13 +240,13 @@ func TestMCPCallLostFailsClosed(t *testing.T) {
 func TestMCPJobLostWithoutPods(t *testing.T) {
 	mcpJob := func(failed int32) *batchv1.Job {
 		j := &batchv1.Job{}
-		j.Spec.Template.Spec.Containers = []corev1.Container{{Name: mcpserver.ExecutorContainer}}
+		j.Spec.Template.Spec.Containers = []corev1.Container{{Name: mcpcall.Container}}
 		j.Status.Failed = failed
 		return j
 	}
 	other := mcpJob(1)
 	other.Spec.Template.Spec.Containers[0].Name = "tool"
-	pod := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, State: waiting("ContainerCreating")}}}}
+	pod := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: mcpcall.Container, State: waiting("ContainerCreating")}}}}
 	for _, c := range []struct {
 		name string
 		job  *batchv1.Job

@@ -21,6 +21,11 @@ import (
 	"toolgate.dev/toolgate/internal/mcpclient"
 )
 
+// Container is the name of the container that runs mcp-call in the Job of a Tool an MCPServer
+// generated: the MCPServer controller names it so, and the ToolCall controller reads the outcome of
+// that container only.
+const Container = "mcp-call"
+
 // Exit codes of mcp-call: each outcome has its own, and its message says the same in words.
 const (
 	// ExitSucceeded: the tool answered with a result.

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/controllers/toolcall/waiter"
+	"toolgate.dev/toolgate/internal/provider"
 )
 
 const (

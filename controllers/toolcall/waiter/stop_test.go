@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/internal/provider"
 	"toolgate.dev/toolgate/controllers/toolcall/waiter"
+	"toolgate.dev/toolgate/internal/provider"
 )
 
 // A reconcile still in flight when the manager stops may ask the waiter to follow a request: the
