@@ -43,10 +43,9 @@ func (r *Reconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error)
 		// The finalizer and annotations record an earlier acceptance, but whoever may create a
 		// ToolCall may also write them: the record is trusted only if this controller could have
 		// written it.
-		adm, rej, err = r.checkAcceptance(ctx, tc)
+		adm, rej, err = r.checkAcceptance(ctx, sc)
 	} else {
-		adm, rej, err = r.accept(ctx, tc)
-		sc.recorded()
+		adm, rej, err = r.accept(ctx, sc)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -94,11 +93,11 @@ const providerRecheck = 5 * time.Second
 // awaitProvider keeps a call Pending while the provider it was accepted with is missing or not Ready
 // (waiting true), and ends it ApprovalUnavailable once its approval limit passed that way.
 func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (res ctrl.Result, waiting bool, err error) {
-	k, err := providers.Accepted(sc.tc)
-	if err != nil {
+	rec := sc.rec()
+	if err := rec.Problem(tg.AnnotationProvider); err != nil {
 		return ctrl.Result{}, true, err
 	}
-	_, current, err := r.Providers.Client(ctx, k, true, sc.tc.Annotations[tg.AnnotationProviderInstance])
+	c, current, err := r.Providers.Client(ctx, providers.KeyOf(sc.tc.Namespace, rec.Provider), true, rec.Instance)
 	u, notReady := readiness.ErrorOf(err)
 	if err != nil && !notReady {
 		return ctrl.Result{}, true, err
@@ -106,7 +105,11 @@ func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (re
 	if !notReady {
 		// The request must live in one instance for the call's whole life: a call accepted before
 		// its provider had an instance records the one it is first submitted to.
-		return ctrl.Result{}, false, r.recordInstance(ctx, sc.tc, current)
+		if err := r.recordInstance(ctx, sc, current); err != nil {
+			return ctrl.Result{}, true, err
+		}
+		sc.client = c
+		return ctrl.Result{}, false, nil
 	}
 	problem := u.Message
 	if !r.Clock.Now().Before(r.Timing.ApprovalLimit(w)) {
@@ -118,19 +121,19 @@ func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (re
 }
 
 // recordInstance records instance, the provider's current one, as the call's if it names none yet.
-func (r *Reconciler) recordInstance(ctx context.Context, tc *tg.ToolCall, instance string) error {
-	if instance == "" || tc.Annotations[tg.AnnotationProviderInstance] != "" {
+func (r *Reconciler) recordInstance(ctx context.Context, sc *scope, instance string) error {
+	tc, rec := sc.tc, sc.rec()
+	if instance == "" || rec.Instance != "" {
 		return nil
 	}
 	base := tc.DeepCopy()
-	if tc.Annotations == nil {
-		tc.Annotations = map[string]string{}
-	}
-	tc.Annotations[tg.AnnotationProviderInstance] = instance
+	rec.Instance = instance
+	rec.Write(tc)
 	if err := r.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the provider instance: %w", err)
 	}
 	r.written.wrote(tc)
+	sc.took(rec)
 	return nil
 }
 
@@ -138,7 +141,7 @@ func (r *Reconciler) recordInstance(ctx context.Context, tc *tg.ToolCall, instan
 // record may have left at the provider (a crash between the POST and the status write), recovering
 // its id with the idempotent submission, so that no human reviews a call that will not run.
 func (r *Reconciler) withdrawRejected(ctx context.Context, sc *scope) {
-	if _, ruled := sc.tc.Annotations[tg.AnnotationApprovalRule]; ruled {
+	if sc.rec().RuleApproved {
 		return // a rule approved the call at acceptance: no request was ever submitted
 	}
 	if _, err := sc.accepted(); err != nil {
@@ -223,7 +226,7 @@ func (r *Reconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result,
 		return r.awaitNotification(ctx, sc, ref, until)
 	}
 	r.asyncReads.forget(tc.UID)
-	pc, err := r.providerOf(tc).raw(ctx, "wait")
+	pc, err := r.providerOf(sc).raw(ctx, "wait")
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -265,7 +268,7 @@ func (r *Reconciler) withdrawRequest(ctx context.Context, sc *scope, ref provide
 		return false, ctrl.Result{}, err
 	}
 	if req == nil || !provider.IsTerminal(req.Status) {
-		req, err = r.providerOf(sc.tc).Cancel(ctx, ref)
+		req, err = r.providerOf(sc).Cancel(ctx, ref)
 	}
 	switch {
 	case err == nil && req.Status != provider.StatusCancelled && provider.IsTerminal(req.Status):
@@ -305,7 +308,7 @@ func (r *Reconciler) ownRef(ctx context.Context, sc *scope, ref provider.Ref) (p
 // submitOwn submits the call's request under its own idempotency key (a replay answers with the
 // request as it is now) and notes the id the provider answered with as the call's own.
 func (r *Reconciler) submitOwn(ctx context.Context, sc *scope, acc lifecycle.Acceptance) (*provider.Request, error) {
-	req, err := r.providerOf(sc.tc).Submit(ctx, acc.Submission)
+	req, err := r.providerOf(sc).Submit(ctx, acc.Submission)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +380,7 @@ func (r *Reconciler) confirmOwnRequest(ctx context.Context, sc *scope, seen *pro
 // nothing runs. A best-effort cancel keeps a human from reviewing it.
 func (r *Reconciler) failClosed(ctx context.Context, sc *scope, cause error) (ctrl.Result, error) {
 	if ref, err := sc.ref(); err == nil && ref.ID != "" {
-		_, _ = r.providerOf(sc.tc).Cancel(ctx, ref)
+		_, _ = r.providerOf(sc).Cancel(ctx, ref)
 	}
 	if provider.CodeOf(cause) == provider.CodeNotFound {
 		setStatus(sc.tc, lifecycle.RequestLost.Status())

@@ -38,13 +38,13 @@ func (b boundedCalls) Cancel(ctx context.Context, ref provider.Ref) (*provider.R
 	return b.client.Cancel(ctx, ref)
 }
 
-// callProvider is the client of one call's accepted provider (the acceptance record's), resolved on
-// each call, every call bounded by timeout. A provider that cannot be resolved (its object is gone
-// and no client of it is left, or its record is unreadable) fails the call with a retryable
-// unavailable error, as an unreachable provider would.
+// callProvider is the client of one call's accepted provider (the acceptance record's), resolved
+// once per reconcile (the scope keeps it), every call bounded by timeout. A provider that cannot be
+// resolved (its object is gone and no client of it is left, or its record is unreadable) fails the
+// call with a retryable unavailable error, as an unreachable provider would.
 type callProvider struct {
 	providers *providers.Registry
-	tc        *tg.ToolCall
+	sc        *scope
 	timeout   time.Duration
 }
 
@@ -52,17 +52,21 @@ var _ provider.Client = callProvider{}
 
 // raw is the client itself, unbounded (the waiter's long polls carry their own waits).
 func (p callProvider) raw(ctx context.Context, op string) (provider.Client, error) {
-	k, err := providers.Accepted(p.tc)
-	if err != nil {
+	if p.sc.client != nil {
+		return p.sc.client, nil
+	}
+	rec := p.sc.rec()
+	if err := rec.Problem(tg.AnnotationProvider); err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeInvalidRequest, Detail: err.Error()}
 	}
-	c, _, err := p.providers.Client(ctx, k, false, p.tc.Annotations[tg.AnnotationProviderInstance])
+	c, _, err := p.providers.Client(ctx, providers.KeyOf(p.sc.tc.Namespace, rec.Provider), false, rec.Instance)
 	if u, ok := readiness.ErrorOf(err); ok {
 		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: u.Message}
 	}
 	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Err: err}
 	}
+	p.sc.client = c
 	return c, nil
 }
 
@@ -98,7 +102,7 @@ func (p callProvider) Cancel(ctx context.Context, ref provider.Ref) (*provider.R
 	return c.Cancel(ctx, ref)
 }
 
-// providerOf is the client of the call's accepted provider.
-func (r *Reconciler) providerOf(tc *tg.ToolCall) callProvider {
-	return callProvider{providers: r.Providers, tc: tc, timeout: r.CallTimeout}
+// providerOf is the client of the accepted provider of the reconcile's call.
+func (r *Reconciler) providerOf(sc *scope) callProvider {
+	return callProvider{providers: r.Providers, sc: sc, timeout: r.CallTimeout}
 }

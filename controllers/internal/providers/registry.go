@@ -87,7 +87,7 @@ func Accepted(tc *tg.ToolCall) (Key, error) {
 	return Flags, fmt.Errorf("annotation %s is %q, not ApprovalProvider/<name> or ClusterApprovalProvider/<name>", tg.AnnotationProvider, v)
 }
 
-// providers are the approvals providers calls use: the manager's own (flags) and one client, with its
+// Registry holds the approvals providers calls use: the manager's own (flags) and one client, with its
 // connection pool, per ApprovalProvider and ClusterApprovalProvider, built from the object and its
 // Secret when first needed and again when the object changes.
 type Registry struct {
