@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -61,30 +61,30 @@ func (k Key) Label() string {
 	return k.Kind + "/" + k.Name
 }
 
-// Annotation is the key as the acceptance record holds it (tg.AnnotationProvider).
-func (k Key) Annotation() string {
-	if k.Kind == "" {
-		return ""
-	}
-	return k.Kind + "/" + k.Name
+// Ref is the key as the acceptance record holds it (lifecycle.Record.Provider).
+func (k Key) Ref() lifecycle.ProviderRef {
+	return lifecycle.ProviderRef{Kind: k.Kind, Name: k.Name}
 }
 
-// Accepted reads the provider the acceptance record fixed. A record without it names the
-// manager's flags.
+// Accepted is the provider the acceptance record fixed (a record without one names the manager's
+// flags), or the record's problem with it.
 func Accepted(tc *tg.ToolCall) (Key, error) {
-	v := tc.Annotations[tg.AnnotationProvider]
-	if v == "" {
-		return Flags, nil
+	r := lifecycle.ReadRecord(tc)
+	if err := r.Problem(tg.AnnotationProvider); err != nil {
+		return Flags, err
 	}
-	kind, name, ok := strings.Cut(v, "/")
-	switch {
-	case !ok || name == "":
-	case kind == tg.KindApprovalProvider:
-		return Key{Kind: kind, Namespace: tc.Namespace, Name: name}, nil
-	case kind == tg.KindClusterApprovalProvider:
-		return Key{Kind: kind, Name: name}, nil
+	return KeyOf(tc.Namespace, r.Provider), nil
+}
+
+// KeyOf is the key of the provider ref names for a call in namespace.
+func KeyOf(namespace string, ref lifecycle.ProviderRef) Key {
+	switch ref.Kind {
+	case tg.KindApprovalProvider:
+		return Key{Kind: ref.Kind, Namespace: namespace, Name: ref.Name}
+	case tg.KindClusterApprovalProvider:
+		return Key{Kind: ref.Kind, Name: ref.Name}
 	}
-	return Flags, fmt.Errorf("annotation %s is %q, not ApprovalProvider/<name> or ClusterApprovalProvider/<name>", tg.AnnotationProvider, v)
+	return Flags
 }
 
 // Registry holds the approvals providers calls use: the manager's own (flags) and one client, with its
@@ -373,7 +373,7 @@ func (p *Registry) InUseBy(ctx context.Context, k Key, id string) (bool, error) 
 		return false, fmt.Errorf("listing the ToolCalls of %s: %w", k, err)
 	}
 	for _, tc := range calls.Items {
-		if !tc.Status.Phase.IsTerminal() && tc.Annotations[tg.AnnotationProviderInstance] == id {
+		if !tc.Status.Phase.IsTerminal() && lifecycle.ReadRecord(&tc).Instance == id {
 			return true, nil
 		}
 	}
@@ -457,7 +457,7 @@ func KeyOr(key, def string) string {
 // Asynchronous reports whether tc's request lives in an instance its provider delivers
 // notifications for, so that it waits without a long poll.
 func (p *Registry) Asynchronous(ctx context.Context, tc *tg.ToolCall) bool {
-	instance := tc.Annotations[tg.AnnotationProviderInstance]
+	instance := lifecycle.ReadRecord(tc).Instance
 	k, err := Accepted(tc)
 	if err != nil || k == Flags || instance == "" {
 		return false
