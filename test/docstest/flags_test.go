@@ -18,7 +18,7 @@ func TestFlagTablesMatchTheCommands(t *testing.T) {
 	zapFlags := []string{"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding", "kubeconfig"}
 	for _, c := range []struct{ source, doc string }{
 		{"cmd/main.go", "docs/behaviour.md"},
-		{"cmd/toolgate-mcp/main.go", "docs/mcp-gateway.md"},
+		{"cmd/toolgate-mcp/flags.go", "docs/mcp-gateway.md"},
 	} {
 		t.Run(c.source, func(t *testing.T) {
 			g := NewWithT(t)
