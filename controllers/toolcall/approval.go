@@ -92,7 +92,7 @@ const providerRecheck = 5 * time.Second
 
 // awaitProvider keeps a call Pending while the provider it was accepted with is missing or not Ready
 // (waiting true), and ends it ApprovalUnavailable once its approval limit passed that way.
-func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w Window) (res ctrl.Result, waiting bool, err error) {
+func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w lifecycle.Window) (res ctrl.Result, waiting bool, err error) {
 	rec := sc.rec()
 	if err := rec.Problem(tg.AnnotationProvider); err != nil {
 		return ctrl.Result{}, true, err
@@ -154,7 +154,7 @@ func (r *Reconciler) withdrawRejected(ctx context.Context, sc *scope) {
 
 // submitFailed decides what a failed submission means: retry (Pending), refused input (Rejected),
 // an untrusted answer or a limit reached (ApprovalUnavailable).
-func (r *Reconciler) submitFailed(ctx context.Context, sc *scope, w Window, err error) (ctrl.Result, error) {
+func (r *Reconciler) submitFailed(ctx context.Context, sc *scope, w lifecycle.Window, err error) (ctrl.Result, error) {
 	tc := sc.tc
 	code := provider.CodeOf(err)
 	switch {
@@ -235,7 +235,7 @@ func (r *Reconciler) awaitDecision(ctx context.Context, sc *scope) (ctrl.Result,
 
 // withdrawAtLimit withdraws the request once polling reached deadline_at + margin (or the call's
 // limit); a decision that raced the withdrawal is applied as any other.
-func (r *Reconciler) withdrawAtLimit(ctx context.Context, sc *scope, w Window, ref provider.Ref) (ctrl.Result, error) {
+func (r *Reconciler) withdrawAtLimit(ctx context.Context, sc *scope, w lifecycle.Window, ref provider.Ref) (ctrl.Result, error) {
 	settled, res, err := r.withdrawRequest(ctx, sc, ref)
 	switch {
 	case settled:

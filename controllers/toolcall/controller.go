@@ -59,7 +59,7 @@ type Reconciler struct {
 	Namespaces    []string
 	// Clock is read for every expiry and limit decision.
 	Clock  clock.PassiveClock
-	Timing Timing
+	Timing lifecycle.Timing
 	// CancelGiveUp bounds how long deletion keeps trying to cancel an unreachable provider's request.
 	CancelGiveUp time.Duration
 	// FinishedCallTTL is how long a finished ToolCall is kept when its Tool sets no
@@ -92,7 +92,7 @@ type Reconciler struct {
 // Reconcile: get, handle deletion, then one small step per saved phase, one status patch at the end.
 // A finished call is only retired (retention.go): deleted once its time to live has passed.
 // Each step takes the reconcile's scope (scope.go) and records one row of the outcome table
-// (controllers/internal/lifecycle/outcomes.go). A step that returns an error leaves the saved phase,
+// (controllers/internal/lifecycle/outcometable.go). A step that returns an error leaves the saved phase,
 // and the reconcile is retried with backoff. Before any step, a ToolCall the apiserver removed despite its
 // finalizer has its request withdrawn (withdrawGone, gone.go; after a restart, gonereplay.go), and a
 // ToolCall whose cached copy is older than this manager's last write waits for the watch

@@ -58,7 +58,7 @@ func policyDenial(tc *tg.ToolCall, tool *tg.Tool, rule string) *lifecycle.Status
 // human's could be: the approval timeout fixed at acceptance, and never past the waiting limit's room
 // to run the tool. It is recorded once: a repeated evaluation (after a failed Job create) keeps the
 // first decision and its expiry.
-func recordPolicyApproval(tc *tg.ToolCall, rule string, w Window, approvalTimeout time.Duration, t Timing, now time.Time) {
+func recordPolicyApproval(tc *tg.ToolCall, rule string, w lifecycle.Window, approvalTimeout time.Duration, t lifecycle.Timing, now time.Time) {
 	// Whole seconds, as the status stores them: what is checked before the Job is what is recorded.
 	expiry := func(decided time.Time) time.Time {
 		expires := decided.Add(approvalTimeout)

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -15,8 +16,8 @@ import (
 // the approval timeout from its decision and the approval limit. Anything else is recorded anew.
 func TestRecordPolicyApprovalKeepsOnlyWhatTheRuleGrants(t *testing.T) {
 	created := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	w := Window{Created: created, WaitingLimit: time.Hour, ExecutionTimeout: 5 * time.Minute}
-	tm := Timing{ReturnMargin: 10 * time.Second, FinalStateMargin: 15 * time.Second, SkewMargin: time.Second}
+	w := lifecycle.Window{Created: created, WaitingLimit: time.Hour, ExecutionTimeout: 5 * time.Minute}
+	tm := lifecycle.Timing{ReturnMargin: 10 * time.Second, FinalStateMargin: 15 * time.Second, SkewMargin: time.Second}
 	const timeout = 10 * time.Minute
 	now := created.Add(2 * time.Minute)
 	decided := created.Add(time.Minute)

@@ -59,9 +59,9 @@ func plus(t time.Time, ds ...time.Duration) *big.Int {
 	return n
 }
 
-// fuzzWindow maps the seven window inputs onto a Timing and a Window, created between years 1000
+// fuzzWindow maps the seven window inputs onto a lifecycle.Timing and a lifecycle.Window, created between years 1000
 // and 9000 so that every instant of a target stays representable.
-func fuzzWindow(created, waiting, exec, ret, final, skew, submit int64) (Timing, Window) {
+func fuzzWindow(created, waiting, exec, ret, final, skew, submit int64) (lifecycle.Timing, lifecycle.Window) {
 	c := instant(created, 0)
 	if c.Year() > 9000 {
 		c = c.AddDate(-1000, 0, 0)
@@ -69,12 +69,12 @@ func fuzzWindow(created, waiting, exec, ret, final, skew, submit int64) (Timing,
 	if c.Year() < 1000 {
 		c = c.AddDate(1000, 0, 0)
 	}
-	return Timing{
+	return lifecycle.Timing{
 			ReturnMargin:     span(ret, 0, time.Hour),
 			FinalStateMargin: span(final, 0, time.Hour),
 			SkewMargin:       span(skew, 0, time.Hour),
 			SubmitAllowance:  span(submit, 0, time.Hour),
-		}, Window{
+		}, lifecycle.Window{
 			Created:          c,
 			WaitingLimit:     span(waiting, 1, maxSpan),
 			ExecutionTimeout: span(exec, 1, maxSpan),
@@ -177,7 +177,7 @@ func FuzzApprovalUsable(f *testing.F) {
 		f.Add(s[0]+epoch, s[1], s[2]+epoch, s[3], s[4], s[5], int64(time.Minute))
 	}
 	f.Fuzz(func(t *testing.T, nowSec, nowNsec, expSec, expNsec, skew, sel, later int64) {
-		tm := Timing{SkewMargin: span(skew, 0, time.Hour)}
+		tm := lifecycle.Timing{SkewMargin: span(skew, 0, time.Hour)}
 		now, exp := instant(nowSec, nowNsec), instant(expSec, expNsec)
 		if sel%2 != 0 && now.Year() > 1 && now.Year() < 9999 {
 			exp = now.Add(tm.SkewMargin + near(expNsec)) // within 2s of the boundary
@@ -514,7 +514,7 @@ func FuzzProviderAnswerIsNeverAPolicyDecision(f *testing.F) {
 			t.Fatalf("a provider answer was recorded as %+v", d)
 		}
 		tm := lifecycle.DefaultTiming()
-		w := Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 5 * time.Minute}
+		w := lifecycle.Window{Created: t0, WaitingLimit: 45 * time.Minute, ExecutionTimeout: 5 * time.Minute}
 		now := t0.Add(span(nowOff, 0, time.Hour))
 		if lifecycle.RunGate(tc, gateTool(), w, tm, now) == nil && req.Status != provider.StatusApproved {
 			t.Fatalf("the gate lets a %q answer run", req.Status)

@@ -16,7 +16,7 @@ import (
 // Sources are the files that register Toolgate's metrics, relative to the repository root: the
 // manager's own, and each package's that counts what it does.
 var Sources = []string{
-	"controllers/metrics.go",
+	"controllers/clientmetrics.go",
 	"controllers/statemetrics.go",
 	"controllers/toolcall/metrics.go",
 	"controllers/receiver/receiver.go",
