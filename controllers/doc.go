@@ -34,7 +34,7 @@
 // read, and the one event of a change of Ready) and mergepatch (the one way status and finalizers
 // are written).
 //
-// metrics.go counts the manager's apiserver writes and provider requests and errors (by provider
+// clientmetrics.go counts the manager's apiserver writes and provider requests and errors (by provider
 // object); statemetrics.go computes the gauges of ToolCalls and provider readiness from the cache at
 // each scrape, on every replica; restmapper.go keeps the REST
 // mappings its cache asks for; outcomes.go and timing.go give the outcome, event and readiness tables
