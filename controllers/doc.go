@@ -37,6 +37,6 @@
 // clientmetrics.go counts the manager's apiserver writes and provider requests and errors (by provider
 // object); statemetrics.go computes the gauges of ToolCalls and provider readiness from the cache at
 // each scrape, on every replica; restmapper.go keeps the REST
-// mappings its cache asks for; outcomes.go and timing.go give the outcome, event and readiness tables
-// and the timing options to the manager's users.
+// mappings its cache asks for; tables.go gives the outcome, event and readiness tables, and manager.go
+// the timing options, to the manager's users.
 package controllers
