@@ -20,7 +20,7 @@
 //     and has notifications recorded on the ToolCalls they concern.
 //   - controllers/toolcall/waiter: the long polls of pending approval requests, one goroutine each.
 //
-// Words. A call is accepted (acceptance.go: its acceptance record, the finalizer and annotations that
+// Words. A call is accepted (toolcall/acceptance.go: its acceptance record, the finalizer and annotations that
 // fix its timing, Tool version and provider); its request is submitted, and withdrawn (never
 // "cancelled" by the manager: cancel is AAP's operation, and a call's phase); to record is to write
 // into the ToolCall (its status, or its acceptance record), while a report is an event or a metric.
