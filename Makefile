@@ -74,7 +74,7 @@ test: $(CONTROLLER_GEN) ## Run all tests (race detector on) against envtest, inc
 	@bash hack/install-test-deps.sh
 	@$(RESOLVE_ENVTEST_ASSETS); echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS}"; set -x; \
 	CONTROLLER_GEN="$(CONTROLLER_GEN)" go test ./... -race -count=1 -timeout 25m $(GO_TEST_FLAGS); \
-	TOOLGATE_PROVIDER_PROFILE=seed go test ./controllers/ ./pkg/toolcall/ ./internal/mcpgateway/ ./cmd/kubectl-toolcall/ -race -count=1 -timeout 25m -skip '$(PROFILE_INDEPENDENT)' $(GO_TEST_FLAGS)
+	TOOLGATE_PROVIDER_PROFILE=seed go test ./controllers/... ./pkg/toolcall/ ./internal/mcpgateway/ ./cmd/kubectl-toolcall/ -race -count=1 -timeout 25m -skip '$(PROFILE_INDEPENDENT)' $(GO_TEST_FLAGS)
 
 # PROFILE_INDEPENDENT are the controller tests that bring a provider of their own (expiring
 # credentials, asynchronous mode) and never use the harness's: the seed pass would run them unchanged.

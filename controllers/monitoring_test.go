@@ -53,9 +53,9 @@ func expectNoSeries(h *th.Harness, name string, labels map[string]string) {
 func TestProviderMetricsNameTheProviderObject(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, "team")
+	team := h.ReadyTeamProvider("team")
 	teamLabel := "ApprovalProvider/" + h.NS + "/team"
-	h.Tool("team-refund", "team_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.Tool("team-refund", "team_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	ownRequests, ownErrors := providerRequests("default", "submit"), providerErrors("default", "submit", provider.CodeUnavailable)
 	g.Expect(team.Faults().Add(faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Count: 1})).To(Succeed())
@@ -117,8 +117,7 @@ func TestToolCallGaugesFollowTheCallsOfANamespace(t *testing.T) {
 
 // A call whose provider delivers notifications waits in mode async.
 func TestAsynchronousCallsWaitInModeAsync(t *testing.T) {
-	e := startAsync(t)
-	h := e.h
+	h := th.NewAsync(t, env).H
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	h.G.Eventually(func() bool {
@@ -133,22 +132,22 @@ func TestAsynchronousCallsWaitInModeAsync(t *testing.T) {
 func TestProviderReadyFollowsTheReadyCondition(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	_, url := startTeamProvider(h)
+	_, url := h.StartTeamProvider()
 	team := map[string]string{"provider": "ApprovalProvider/" + h.NS + "/team"}
-	ap := approvalProvider(h, "team", url, "team-credential") // its Secret does not exist yet
-	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	ap := h.ApprovalProvider("team", url, "team-credential") // its Secret does not exist yet
+	h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
 	expectSeries(h, "toolgate_provider_ready", team, 0)
 
-	credentialSecret(h, "team-credential", teamCredential, serves("team"))
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
+	h.CredentialSecret("team-credential", th.TeamCredential, th.Serves("team"))
+	h.ProviderReady("team", metav1.ConditionTrue, tg.ReasonReachable)
 	expectSeries(h, "toolgate_provider_ready", team, 1)
 
 	// A Ready provider is probed again only every few minutes; a change of its spec is checked at once.
-	credentialSecret(h, "other-credential", "tg-nobody-knows-this", serves("team"))
+	h.CredentialSecret("other-credential", "tg-nobody-knows-this", th.Serves("team"))
 	g.Expect(h.K8s.Get(context.Background(), client.ObjectKeyFromObject(ap), ap)).To(Succeed())
 	ap.Spec.CredentialSecretRef.Name = "other-credential"
 	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
-	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
+	h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
 	expectSeries(h, "toolgate_provider_ready", team, 0)
 
 	name := "shared-" + h.NS
@@ -157,7 +156,7 @@ func TestProviderReadyFollowsTheReadyCondition(t *testing.T) {
 	}}
 	g.Expect(h.K8s.Create(context.Background(), shared)).To(Succeed())
 	t.Cleanup(func() { _ = h.K8s.Delete(context.Background(), shared) })
-	readyCondition(h, &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	h.ReadyCondition(&tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
 	expectSeries(h, "toolgate_provider_ready", map[string]string{"provider": "ClusterApprovalProvider/" + name}, 0)
 
 	g.Expect(h.K8s.Delete(context.Background(), ap)).To(Succeed())

@@ -1,4 +1,4 @@
-package controllers_test
+package approvalprovider_test
 
 import (
 	"context"
@@ -8,113 +8,22 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
-	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
-
-const (
-	teamCredential  = "tg-team-instance-credential"
-	teamProvisioner = "tg-team-provisioner-token"
-)
-
-// startTeamProvider runs a second reference provider on loopback, apart from the harness's (which
-// the manager's flags name), and returns it with its URL.
-func startTeamProvider(h *th.Harness) (*reference.Server, string) {
-	h.T.Helper()
-	srv, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner, Faults: faults.New(0)})
-	h.G.Expect(err).NotTo(HaveOccurred())
-	url, err := srv.Start("127.0.0.1:0")
-	h.G.Expect(err).NotTo(HaveOccurred())
-	h.T.Cleanup(func() { _ = srv.Close() })
-	return srv, url
-}
-
-// serves is the label by which a Secret consents to serve the ApprovalProvider named provider.
-func serves(provider string) map[string]string { return map[string]string{tg.LabelProvider: provider} }
-
-// credentialSecret writes Secret name in the harness namespace with token under key "token" and the
-// given labels (the consent to serve a provider object: serves).
-func credentialSecret(h *th.Harness, name, token string, labels map[string]string) {
-	h.T.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS, Labels: labels}, StringData: map[string]string{"token": token}}
-	cur := &corev1.Secret{}
-	if err := h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, cur); err == nil {
-		cur.Data = map[string][]byte{"token": []byte(token)}
-		cur.Labels = labels
-		h.G.Expect(h.K8s.Update(context.Background(), cur)).To(Succeed())
-		return
-	}
-	h.G.Expect(h.K8s.Create(context.Background(), s)).To(Succeed())
-}
-
-// approvalProvider creates an ApprovalProvider for the plain-HTTP provider at url.
-func approvalProvider(h *th.Harness, name, url, secret string) *tg.ApprovalProvider {
-	h.T.Helper()
-	ap := &tg.ApprovalProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
-		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true,
-			CredentialSecretRef: &tg.SecretKeyRef{Name: secret, Key: "token"}},
-	}
-	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
-	return ap
-}
-
-// providerReady waits until the ApprovalProvider's Ready condition has status and reason, for its
-// generation, and returns it.
-func providerReady(h *th.Harness, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
-	h.T.Helper()
-	return readyCondition(h, &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: name}}, status, reason)
-}
-
-// readyCondition waits until provider object obj (an ApprovalProvider or a ClusterApprovalProvider,
-// by its key) has a Ready condition with status and reason, for its generation, and returns it.
-func readyCondition(h *th.Harness, obj tg.GenericProvider, status metav1.ConditionStatus, reason string) metav1.Condition {
-	h.T.Helper()
-	var cond metav1.Condition
-	h.G.Eventually(func(g Gomega) {
-		g.Expect(h.K8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)).To(Succeed())
-		c := meta.FindStatusCondition(obj.GetStatus().Conditions, tg.ConditionReady)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.ObservedGeneration).To(Equal(obj.GetGeneration()))
-		g.Expect(obj.GetStatus().ObservedGeneration).To(Equal(obj.GetGeneration()))
-		g.Expect(c.Status).To(Equal(status), c.Message)
-		g.Expect(c.Reason).To(Equal(reason), c.Message)
-		cond = *c
-	}).WithTimeout(30 * time.Second).Should(Succeed())
-	return cond
-}
-
-// readyTeamProvider starts a second reference provider and makes the ApprovalProvider name for it,
-// with its instance credential in Secret team-credential, and waits until it is Ready.
-func readyTeamProvider(h *th.Harness, name string) *reference.Server {
-	h.T.Helper()
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-credential", teamCredential, serves(name))
-	approvalProvider(h, name, url, "team-credential")
-	providerReady(h, name, metav1.ConditionTrue, tg.ReasonReachable)
-	return team
-}
-
-func withProviderRef(kind, name string) func(*tg.Tool) {
-	return func(t *tg.Tool) { t.Spec.ProviderRef = &tg.ProviderRef{Kind: kind, Name: name} }
-}
 
 // A Tool's spec.providerRef sends its calls to that ApprovalProvider, not to the manager's own
 // provider: the call is accepted with it, submitted, decided and run there.
 func TestCallGoesToTheProviderItsToolNames(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, "team")
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	team := h.ReadyTeamProvider("team")
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
@@ -141,9 +50,9 @@ func TestCallGoesToTheProviderItsToolNames(t *testing.T) {
 func TestDeletedProviderStillTakesTheSubmissionsOfItsCalls(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, tg.DefaultProviderName)
+	team := h.ReadyTeamProvider(tg.DefaultProviderName)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
-	req := unansweredSubmission(h, team)
+	req := h.UnansweredSubmission(team)
 	exp := time.Now().Add(5 * time.Minute)
 	_, err := team.Decide(req.ID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -179,7 +88,7 @@ func TestDeletedProviderStillTakesTheSubmissionsOfItsCalls(t *testing.T) {
 func TestNamespaceDefaultProviderComesBeforeTheManagersOwn(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, tg.DefaultProviderName)
+	team := h.ReadyTeamProvider(tg.DefaultProviderName)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
@@ -195,8 +104,8 @@ func TestNamespaceDefaultProviderComesBeforeTheManagersOwn(t *testing.T) {
 func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	team, url := h.StartTeamProvider()
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 
 	waitingFor := func(want string) {
@@ -209,23 +118,23 @@ func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
 	}
 	waitingFor("ApprovalProvider " + h.NS + "/team does not exist")
 
-	approvalProvider(h, "team", url, "team-credential")
-	missing := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	h.ApprovalProvider("team", url, "team-credential")
+	missing := h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
 	g.Expect(missing.Message).To(ContainSubstring("team-credential"))
 	waitingFor("is not Ready (CredentialUnavailable")
 
-	credentialSecret(h, "team-credential", teamProvisioner, serves("team"))
-	forbidden := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
+	h.CredentialSecret("team-credential", th.TeamProvisioner, th.Serves("team"))
+	forbidden := h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
 	g.Expect(forbidden.Message).To(ContainSubstring("provisioner token"))
-	g.Expect(forbidden.Message).NotTo(ContainSubstring(teamProvisioner), "never the credential itself")
+	g.Expect(forbidden.Message).NotTo(ContainSubstring(th.TeamProvisioner), "never the credential itself")
 
-	credentialSecret(h, "team-credential", "tg-nobody-knows-this", serves("team"))
-	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
+	h.CredentialSecret("team-credential", "tg-nobody-knows-this", th.Serves("team"))
+	h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
 	waitingFor("is not Ready (CredentialRejected")
 	g.Expect(team.List("")).To(BeEmpty(), "nothing was submitted while the provider was not Ready")
 
-	credentialSecret(h, "team-credential", teamCredential, serves("team"))
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
+	h.CredentialSecret("team-credential", th.TeamCredential, th.Serves("team"))
+	h.ProviderReady("team", metav1.ConditionTrue, tg.ReasonReachable)
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	g.Expect(team.List(provider.StatusPending)).To(HaveLen(1))
 }
@@ -234,8 +143,8 @@ func TestCallWaitsForItsProviderAndContinuesOnceItIsReady(t *testing.T) {
 func TestDeletedCallIsCancelledAtItsOwnProvider(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, "team")
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	team := h.ReadyTeamProvider("team")
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 
@@ -248,30 +157,16 @@ func TestDeletedCallIsCancelledAtItsOwnProvider(t *testing.T) {
 	g.Expect(h.Provider.List("")).To(BeEmpty())
 }
 
-// provisionedProvider creates an ApprovalProvider that provisions its own instance at url with the
-// token in Secret secret.
-func provisionedProvider(h *th.Harness, name, url, secret string) *tg.ApprovalProvider {
-	h.T.Helper()
-	ap := &tg.ApprovalProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.NS},
-		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true, Provisioning: &tg.Provisioning{
-			ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: secret, Key: "token"}, InstanceName: "payments agents",
-		}},
-	}
-	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
-	return ap
-}
-
 // With spec.provisioning the manager creates an AAP instance of its own, keeps its credential in a
 // Secret the provider object owns, and sends the calls of its Tools there; deleting the object
 // deletes the instance, which cancels its pending requests, and the waiting call ends Cancelled.
 func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
-	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
+	team, url := h.StartTeamProvider()
+	h.CredentialSecret("team-provisioner", th.TeamProvisioner, th.Serves("team"))
+	h.ProvisionedProvider("team", url, "team-provisioner")
+	h.ProviderReady("team", metav1.ConditionTrue, tg.ReasonReachable)
 
 	ap := &tg.ApprovalProvider{}
 	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "team"}, ap)).To(Succeed())
@@ -286,7 +181,7 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 	g.Expect(owned.OwnerReferences).To(ContainElement(HaveField("UID", ap.UID)))
 	g.Expect(owned.Data).To(HaveKey("token"))
 
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	keys, err := team.KeysOf(inst.ID)
@@ -310,14 +205,14 @@ func TestProvisionedInstanceCarriesTheCallsAndGoesWithItsObject(t *testing.T) {
 // (401) on the provider's Ready condition.
 func TestProvisioningWithTheWrongTokenIsReported(t *testing.T) {
 	h := th.New(t, env)
-	_, url := startTeamProvider(h)
-	credentialSecret(h, "team-provisioner", teamCredential, serves("team"))
-	provisionedProvider(h, "team", url, "team-provisioner")
-	forbidden := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
+	_, url := h.StartTeamProvider()
+	h.CredentialSecret("team-provisioner", th.TeamCredential, th.Serves("team"))
+	h.ProvisionedProvider("team", url, "team-provisioner")
+	forbidden := h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialForbidden)
 	h.G.Expect(forbidden.Message).To(ContainSubstring("an instance credential is not a provisioner token"))
 
-	credentialSecret(h, "team-provisioner", "tg-nobody-knows-this", serves("team"))
-	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
+	h.CredentialSecret("team-provisioner", "tg-nobody-knows-this", th.Serves("team"))
+	h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialRejected)
 }
 
 // A ClusterApprovalProvider serves the Tools that name it, with its Secrets read in the manager's
@@ -325,16 +220,16 @@ func TestProvisioningWithTheWrongTokenIsReported(t *testing.T) {
 func TestClusterProviderServesTheToolsThatNameIt(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team, url := startTeamProvider(h)
-	credentialSecret(h, "shared-credential", teamCredential, map[string]string{tg.LabelClusterProvider: "shared-" + h.NS}) // h.NS is the cluster resource namespace
+	team, url := h.StartTeamProvider()
+	h.CredentialSecret("shared-credential", th.TeamCredential, map[string]string{tg.LabelClusterProvider: "shared-" + h.NS}) // h.NS is the cluster resource namespace
 	name := "shared-" + h.NS
 	shared := &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tg.ApprovalProviderSpec{
 		URL: url, AllowInsecureHTTP: true, CredentialSecretRef: &tg.SecretKeyRef{Name: "shared-credential"},
 	}}
 	g.Expect(h.K8s.Create(context.Background(), shared)).To(Succeed())
 	t.Cleanup(func() { _ = h.K8s.Delete(context.Background(), shared) })
-	readyCondition(h, &tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionTrue, tg.ReasonReachable)
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindClusterApprovalProvider, name))
+	h.ReadyCondition(&tg.ClusterApprovalProvider{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.ConditionTrue, tg.ReasonReachable)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindClusterApprovalProvider, name))
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
@@ -350,10 +245,10 @@ func TestUnreachableProviderDoesNotHoldCallsBack(t *testing.T) {
 	g := h.G
 	addr, err := th.FreeAddr() // nothing listens there
 	g.Expect(err).NotTo(HaveOccurred())
-	credentialSecret(h, "team-credential", teamCredential, serves("team"))
-	approvalProvider(h, "team", "http://"+addr, "team-credential")
-	providerReady(h, "team", metav1.ConditionFalse, tg.ReasonUnreachable)
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.CredentialSecret("team-credential", th.TeamCredential, th.Serves("team"))
+	h.ApprovalProvider("team", "http://"+addr, "team-credential")
+	h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonUnreachable)
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	g.Eventually(func(g Gomega) {
 		tc := h.Get("refund")
@@ -368,7 +263,7 @@ func TestUnreachableProviderDoesNotHoldCallsBack(t *testing.T) {
 func TestDeletedProviderServesItsCallsUntilTheyEnd(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, tg.DefaultProviderName)
+	team := h.ReadyTeamProvider(tg.DefaultProviderName)
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)

@@ -1,4 +1,4 @@
-package controllers_test
+package mcpserver_test
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -351,33 +350,10 @@ func TestMCPServerCallLostAfterSendingMayHaveRun(t *testing.T) {
 	}
 }
 
-// An MCPServer reads for kstatus and Argo CD as its Ready reason says: Current (Healthy) once its
-// tools were listed, InProgress (Progressing) while its server is away, Failed (Degraded) on a header
-// Secret that does not consent; each change of Ready is one event.
-func TestKstatusOfAnMCPServer(t *testing.T) {
-	h := th.New(t, env)
-	everything := mcpeverything.Start(t)
-	srv := mcpServer(h, everything.URL, []string{"echo"}, func(s *tg.MCPServer) {
-		s.Spec.Headers = []tg.MCPHeader{{Name: "Authorization", SecretKeyRef: tg.SecretKeyRef{Name: "token", Key: "token"}}}
-	})
-	key := client.ObjectKeyFromObject(srv)
-	waitKstatus(h, tg.KindMCPServer, key, kstatus.FailedStatus, "no Secret "+h.NS+"/token serves MCPServer everything")
-	expectEvents(h, h.NS, srv.UID, map[string]int32{"HeaderSecretUnavailable/Warning": 1})
-
-	h.G.Expect(h.K8s.Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "token", Namespace: h.NS, Labels: map[string]string{tg.LabelMCPServer: "everything"}},
-		StringData: map[string]string{"token": "Bearer x"},
-	})).To(Succeed())
-	waitKstatus(h, tg.KindMCPServer, key, kstatus.CurrentStatus, "")
-	everything.Stop()
-	waitKstatus(h, tg.KindMCPServer, key, kstatus.InProgressStatus, "Listing the tools of "+everything.URL+" failed")
-	expectEvents(h, h.NS, srv.UID, map[string]int32{"HeaderSecretUnavailable/Warning": 1, "ToolsDiscovered/Normal": 1, "ServerUnreachable/Warning": 1})
-}
-
 // BenchmarkMCPServerDiscovery100Tools measures, for a server (the MCP Go SDK's, on loopback) with 100
 // tools all exposed: the time from creating the MCPServer to it being Ready with its 100 Tools in the
 // apiserver (envtest), and one listing of the 100 tools alone (connect, initialize, tools/list).
-// go test ./controllers/ -run '^$' -bench BenchmarkMCPServerDiscovery100Tools -benchtime 3x
+// go test ./controllers/mcpserver/ -run '^$' -bench BenchmarkMCPServerDiscovery100Tools -benchtime 3x
 func BenchmarkMCPServerDiscovery100Tools(b *testing.B) {
 	h := th.New(b, env)
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package controllers_test
+package mcpserver_test
 
 import (
 	"bytes"

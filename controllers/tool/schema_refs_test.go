@@ -1,4 +1,4 @@
-package controllers_test
+package tool_test
 
 import (
 	"context"

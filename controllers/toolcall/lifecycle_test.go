@@ -1,4 +1,4 @@
-package controllers_test
+package toolcall_test
 
 import (
 	"context"
@@ -9,18 +9,15 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/toolcall"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
 	"toolgate.dev/toolgate/internal/reference/faults"
 	th "toolgate.dev/toolgate/test/testharness"
 )
@@ -128,26 +125,6 @@ func TestFailedJobReportsItsMessage(t *testing.T) {
 	h.G.Expect(failed.Status.Reason).To(Equal(tg.ReasonJobFailed))
 }
 
-// unansweredSubmission creates ToolCall refund, whose first POST to srv is committed but its response
-// lost, while every POST after it fails until the test clears srv's faults, and returns the committed
-// request.
-func unansweredSubmission(h *th.Harness, srv *reference.Server) provider.Request {
-	h.T.Helper()
-	h.G.Expect(srv.Faults().Set(
-		faults.Rule{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Count: 1},
-		faults.Rule{Op: faults.OpSubmit, Kind: faults.Error5xx, Probability: 1},
-	)).To(Succeed())
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, ptr.To(time.Minute))
-	var req provider.Request
-	h.G.Eventually(func(g Gomega) {
-		all, err := srv.List("")
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(all).To(HaveLen(1), "the committed request")
-		req = all[0]
-	}).Should(Succeed())
-	return req
-}
-
 // "The provider may return a terminal decision in the response to the initial request. In that case,
 // the adapter applies the decision immediately and does not poll."
 func TestDecisionInSubmitResponseIsAppliedWithoutPolling(t *testing.T) {
@@ -155,7 +132,7 @@ func TestDecisionInSubmitResponseIsAppliedWithoutPolling(t *testing.T) {
 	g := h.G
 	h.Tool("issue-refund", "issue_refund", "")
 	// The controller never learns the request's id, so it cannot poll.
-	req := unansweredSubmission(h, h.Provider)
+	req := h.UnansweredSubmission(h.Provider)
 	// Approved under the ToolCall's idempotency key (its UID): the next POST, a replay, answers with
 	// the approved request.
 	h.Approve(req.ID, 5*time.Minute)
@@ -384,101 +361,6 @@ func TestApprovalRecoveredAfterRestartIsCheckedAgain(t *testing.T) {
 	h.G.Expect(h.WaitPhase("refund", tg.PhaseExpired).Status.Reason).To(Equal(tg.ReasonApprovalExpired))
 	h.G.Expect(h.WaitPhase("refund-valid", tg.PhaseRunning).Status.Reason).To(Equal(tg.ReasonJobCreated))
 	h.G.Expect(h.Jobs()).To(HaveLen(1))
-}
-
-func TestDeletingAPendingToolCallCancelsItsRequest(t *testing.T) {
-	h := th.New(t, env)
-	h.Tool("issue-refund", "issue_refund", "")
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	req := h.PendingRequest("refund")
-	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
-	h.WaitGone("refund", 20*time.Second)
-	got, err := h.Provider.Get(req.ID)
-	h.G.Expect(err).NotTo(HaveOccurred())
-	h.G.Expect(got.Status).To(Equal(provider.StatusCancelled))
-	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelRequested))
-}
-
-// A human who decides while the deletion's DELETE is on its way: the provider answers 409
-// already_terminal, the decision stays as it was at the provider, the ToolCall goes, and nothing runs.
-func TestDeletionWhenADecisionRacesTheCancel(t *testing.T) {
-	h := th.New(t, env)
-	g := h.G
-	h.Tool("issue-refund", "issue_refund", "")
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	req := h.PendingRequest("refund")
-	h.StopManager() // the approval made by the fault is not seen by a poll first
-	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpCancel, Kind: faults.DecideBeforeCancel, Decision: provider.StatusApproved, Count: 1})).To(Succeed())
-	g.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
-	h.Start()
-	h.WaitGone("refund", 20*time.Second)
-	got, err := h.Provider.Get(req.ID)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got.Status).To(Equal(provider.StatusApproved), "the decision made first stands")
-	g.Expect(h.Provider.Stats().Faults[faults.DecideBeforeCancel]).To(BeEquivalentTo(1))
-	g.Eventually(func(g Gomega) {
-		list := &eventsv1.EventList{}
-		g.Expect(h.K8s.List(context.Background(), list, client.InNamespace(h.NS))).To(Succeed())
-		var notes []string
-		for _, e := range list.Items {
-			if e.Reason == tg.ReasonCancelRequested {
-				notes = append(notes, e.Note)
-			}
-		}
-		g.Expect(notes).To(ConsistOf("The ToolCall was deleted; its approval request had already ended approved at the provider, so nothing was cancelled and nothing runs."))
-	}).Should(Succeed())
-	g.Expect(h.Jobs()).To(BeEmpty())
-}
-
-// A provider without cancellation (501 on DELETE, as one that does not implement it answers) never
-// holds up a deletion: the finalizer goes at once, a CancelFailed event says why, and the request
-// stays pending at the provider until its deadline.
-func TestDeletionNeverWaitsOnAProviderWithoutCancellation(t *testing.T) {
-	h := th.New(t, env)
-	g := h.G
-	h.Tool("issue-refund", "issue_refund", "")
-	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpCancel, Kind: faults.Error5xx, Status: http.StatusNotImplemented, Probability: 1})).To(Succeed())
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	req := h.PendingRequest("refund")
-	g.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
-	h.WaitGone("refund", 20*time.Second)
-	got, err := h.Provider.Get(req.ID)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got.Status).To(Equal(provider.StatusPending))
-	g.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
-	g.Expect(h.Provider.Stats().Faults[faults.Error5xx]).To(BeNumerically(">=", 1))
-}
-
-// A request whose id was never recorded (every submit response was lost) is recovered by the
-// idempotent POST and cancelled when the ToolCall is deleted.
-func TestDeletionRecoversAnUnrecordedRequestAndCancelsIt(t *testing.T) {
-	h := th.New(t, env)
-	g := h.G
-	h.Tool("issue-refund", "issue_refund", "")
-	g.Expect(h.Provider.Faults().Set(faults.Rule{Op: faults.OpSubmit, Kind: faults.DropAfterCommit, Probability: 1})).To(Succeed())
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	p := h.WaitPhase("refund", tg.PhasePending)
-	g.Expect(p.Status.Reason).To(Equal(tg.ReasonSubmitFailed))
-	g.Expect(p.Status.RequestID).To(BeEmpty())
-	g.Eventually(func() int64 { return h.Provider.Stats().Creates }).Should(BeEquivalentTo(1))
-	h.Provider.Faults().Clear()
-	g.Expect(env.Client.Delete(context.Background(), p)).To(Succeed())
-	h.WaitGone("refund", 20*time.Second)
-	all, err := h.Provider.List("")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(all).To(HaveLen(1), "the replayed POST found the same request, no second one")
-	g.Expect(all[0].Status).To(Equal(h.WithdrawnStatus()))
-}
-
-func TestDeletionNeverHangsOnAnUnreachableProvider(t *testing.T) {
-	h := th.New(t, env, th.WithCancelGiveUp(2*time.Second))
-	h.Tool("issue-refund", "issue_refund", "")
-	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
-	h.PendingRequest("refund")
-	h.G.Expect(h.Provider.Faults().Set(faults.Rule{Kind: faults.Reset, Probability: 1})).To(Succeed())
-	h.G.Expect(env.Client.Delete(context.Background(), h.Get("refund"))).To(Succeed())
-	h.WaitGone("refund", 30*time.Second)
-	h.G.Eventually(func() []string { return h.EventReasons("refund") }).Should(ContainElement(tg.ReasonCancelFailed))
 }
 
 // Restart safety: the manager dies at each crash-sensitive step and a new one takes over.

@@ -1,4 +1,4 @@
-package controllers_test
+package approvalprovider_test
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const credentialLifetime = 30 * time.Second
 // manager uses, so that the test moves both.
 func startExpiringProvider(h *th.Harness, clk *clocktesting.FakeClock) (*reference.Server, string) {
 	h.T.Helper()
-	srv, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner,
+	srv, err := reference.New(reference.Options{Credential: th.TeamCredential, ProvisionerToken: th.TeamProvisioner,
 		CredentialLifetime: credentialLifetime, Clock: clk})
 	h.G.Expect(err).NotTo(HaveOccurred())
 	url, err := srv.Start("127.0.0.1:0")
@@ -41,7 +41,7 @@ func startExpiringProvider(h *th.Harness, clk *clocktesting.FakeClock) (*referen
 func instanceStatus(g Gomega, url, id string) int {
 	req, err := http.NewRequest(http.MethodGet, url+"/v1/instances/"+id, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Authorization", "Bearer "+teamProvisioner)
+	req.Header.Set("Authorization", "Bearer "+th.TeamProvisioner)
 	resp, err := http.DefaultClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
@@ -64,15 +64,15 @@ func TestExpiringCredentialIsReplacedAndTheOldInstanceServesItsCallsToTheEnd(t *
 	h := th.New(t, env, th.WithClock(clk))
 	g := h.G
 	team, url := startExpiringProvider(h, clk)
-	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
-	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", "True", tg.ReasonReachable)
+	h.CredentialSecret("team-provisioner", th.TeamProvisioner, th.Serves("team"))
+	h.ProvisionedProvider("team", url, "team-provisioner")
+	h.ProviderReady("team", "True", tg.ReasonReachable)
 	first := provisionedStatus(g, h, "team").Instance
 	g.Expect(first).NotTo(BeNil())
 	g.Expect(first.CredentialIssuedAt).NotTo(BeNil())
 	g.Expect(first.CredentialExpiresAt).To(HaveValue(HaveField("Time", BeTemporally("~", first.CredentialIssuedAt.Add(credentialLifetime), time.Second))))
 
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("before", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	before := h.WaitPhase("before", tg.PhaseAwaitingApproval)
 	g.Expect(before.Annotations).To(HaveKeyWithValue(tg.AnnotationProviderInstance, first.ID))
@@ -95,7 +95,7 @@ func TestExpiringCredentialIsReplacedAndTheOldInstanceServesItsCallsToTheEnd(t *
 	for _, name := range []string{first.CredentialSecretName, second.CredentialSecretName} {
 		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: name}, &corev1.Secret{})).To(Succeed())
 	}
-	providerReady(h, "team", "True", tg.ReasonReachable)
+	h.ProviderReady("team", "True", tg.ReasonReachable)
 
 	// A new call goes to the new instance.
 	after := h.ToolCall("after", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
@@ -136,12 +136,12 @@ func TestReplacedInstanceIsDeletedWhenItsCredentialExpires(t *testing.T) {
 	h := th.New(t, env, th.WithClock(clk))
 	g := h.G
 	team, url := startExpiringProvider(h, clk)
-	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
-	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", "True", tg.ReasonReachable)
+	h.CredentialSecret("team-provisioner", th.TeamProvisioner, th.Serves("team"))
+	h.ProvisionedProvider("team", url, "team-provisioner")
+	h.ProviderReady("team", "True", tg.ReasonReachable)
 	first := provisionedStatus(g, h, "team").Instance
 
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema, th.WithProviderRef(tg.KindApprovalProvider, "team"))
 	h.ToolCall("waiting", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("waiting", tg.PhaseAwaitingApproval)
 

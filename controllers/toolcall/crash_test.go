@@ -1,4 +1,4 @@
-package controllers_test
+package toolcall_test
 
 import (
 	"context"

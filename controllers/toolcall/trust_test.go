@@ -1,4 +1,4 @@
-package controllers_test
+package toolcall_test
 
 import (
 	"context"
@@ -143,18 +143,18 @@ func TestInexactNumberIsRejectedBeforeAnyoneIsAsked(t *testing.T) {
 func TestProviderObjectUsesOnlySecretsThatConsent(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	_, url := startTeamProvider(h)
+	_, url := h.StartTeamProvider()
 	// The victim: a Secret that holds a working credential but serves no provider object (or
 	// serves another one).
-	credentialSecret(h, "payments-db", teamCredential, nil)
-	credentialSecret(h, "other-team", teamCredential, serves("other"))
-	approvalProvider(h, "team", url, "payments-db")
-	approvalProvider(h, "team-other", url, "other-team")
-	approvalProvider(h, "team-missing", url, "no-such-secret")
+	h.CredentialSecret("payments-db", th.TeamCredential, nil)
+	h.CredentialSecret("other-team", th.TeamCredential, th.Serves("other"))
+	h.ApprovalProvider("team", url, "payments-db")
+	h.ApprovalProvider("team-other", url, "other-team")
+	h.ApprovalProvider("team-missing", url, "no-such-secret")
 
-	unconsented := providerReady(h, "team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
-	other := providerReady(h, "team-other", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
-	missing := providerReady(h, "team-missing", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	unconsented := h.ProviderReady("team", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	other := h.ProviderReady("team-other", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
+	missing := h.ProviderReady("team-missing", metav1.ConditionFalse, tg.ReasonCredentialUnavailable)
 	same := func(msg, secret, object string) string {
 		return strings.NewReplacer(secret, "SECRET", "/"+object+":", "/OBJECT:", "="+object, "=OBJECT").Replace(msg)
 	}
@@ -163,8 +163,8 @@ func TestProviderObjectUsesOnlySecretsThatConsent(t *testing.T) {
 	g.Expect(same(other.Message, "other-team", "team-other")).To(Equal(same(missing.Message, "no-such-secret", "team-missing")))
 	g.Expect(unconsented.Message).To(ContainSubstring(tg.LabelProvider+"=team"), "the message names the fix")
 
-	credentialSecret(h, "payments-db", teamCredential, serves("team"))
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
+	h.CredentialSecret("payments-db", th.TeamCredential, th.Serves("team"))
+	h.ProviderReady("team", metav1.ConditionTrue, tg.ReasonReachable)
 }
 
 // A ToolCall created with an acceptance record that names ClusterApprovalProvider/default, while the
@@ -173,7 +173,7 @@ func TestProviderObjectUsesOnlySecretsThatConsent(t *testing.T) {
 func TestForgedRecordCannotChooseTheApproverPool(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
-	team := readyTeamProvider(h, tg.DefaultProviderName)
+	team := h.ReadyTeamProvider(tg.DefaultProviderName)
 	tool := h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	forged := versioned(record("5s", "60s"), tool)
 	forged[tg.AnnotationProvider] = tg.KindClusterApprovalProvider + "/" + tg.DefaultProviderName
@@ -201,7 +201,7 @@ func TestApprovalFromAProviderThatNoLongerServesTheToolDoesNotRun(t *testing.T) 
 	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
 	req := h.PendingRequest("refund")
-	readyTeamProvider(h, tg.DefaultProviderName)
+	h.ReadyTeamProvider(tg.DefaultProviderName)
 
 	h.Approve(req.ID, 5*time.Minute)
 	r := h.WaitPhase("refund", tg.PhaseApprovalUnavailable)
@@ -217,10 +217,10 @@ func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
 	h := th.New(t, env)
 	g := h.G
 	ctx := context.Background()
-	_, url := startTeamProvider(h)
-	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
-	provisionedProvider(h, "team", url, "team-provisioner")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
+	_, url := h.StartTeamProvider()
+	h.CredentialSecret("team-provisioner", th.TeamProvisioner, th.Serves("team"))
+	h.ProvisionedProvider("team", url, "team-provisioner")
+	h.ProviderReady("team", metav1.ConditionTrue, tg.ReasonReachable)
 	victim := &tg.ApprovalProvider{}
 	g.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "team"}, victim)).To(Succeed())
 	g.Expect(victim.Status.Instance).NotTo(BeNil())
@@ -239,15 +239,15 @@ func TestInstanceHeldByAnotherProviderObjectIsRefused(t *testing.T) {
 		_, _ = w.Write([]byte(`{"error":{"type":"not_found","code":"not_found","message":"no","request_id":"a3e0c1d2-0000-4000-8000-000000000001"}}`))
 	}))
 	t.Cleanup(hostile.Close)
-	credentialSecret(h, "evil-provisioner", "tg-evil-provisioner", serves("evil"))
-	provisionedProvider(h, "evil", hostile.URL, "evil-provisioner")
+	h.CredentialSecret("evil-provisioner", "tg-evil-provisioner", th.Serves("evil"))
+	h.ProvisionedProvider("evil", hostile.URL, "evil-provisioner")
 
-	refused := providerReady(h, "evil", metav1.ConditionFalse, tg.ReasonProvisioningFailed)
+	refused := h.ProviderReady("evil", metav1.ConditionFalse, tg.ReasonProvisioningFailed)
 	g.Expect(refused.Message).To(And(ContainSubstring("instance "+id), ContainSubstring("ApprovalProvider "+h.NS+"/team already holds")))
 	evil := &tg.ApprovalProvider{}
 	g.Expect(h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "evil"}, evil)).To(Succeed())
 	g.Expect(evil.Status.Instance).To(BeNil(), "the instance is not recorded")
-	providerReady(h, "team", metav1.ConditionTrue, tg.ReasonReachable)
+	h.ProviderReady("team", metav1.ConditionTrue, tg.ReasonReachable)
 }
 
 // A call whose status.requestID was pointed at another call's request withdraws its own request when

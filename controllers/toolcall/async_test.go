@@ -1,13 +1,10 @@
-package controllers_test
+package toolcall_test
 
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,114 +29,42 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/internal/reference"
-	"toolgate.dev/toolgate/test/testcert"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
-// asyncEnv is a manager with its webhook receiver on loopback (HTTPS, a test CA), and a reference
-// provider that delivers notifications to it, with an ApprovalProvider "team" in asynchronous mode.
-type asyncEnv struct {
-	h           *th.Harness
-	team        *reference.Server
-	url         string
-	receiverURL string
-	client      *http.Client
-}
+// asyncEnv is the harness's asynchronous world (th.Async) with the notifications this file sends
+// to its receiver.
+type asyncEnv struct{ *th.Async }
 
-// withReceiver serves the manager's receiver on a free loopback port with a certificate of ca.
-func withReceiver(t *testing.T, ca *testcert.CA) (th.Option, string) {
-	t.Helper()
-	dir := t.TempDir()
-	testcert.WriteKeyPair(t, dir, ca.ServerCert(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return func(h *th.Harness) {
-		h.Opts.ReceiverBindAddress, h.Opts.ReceiverCertDir = addr, dir
-	}, "https://" + addr + controllers.ReceiverPath
-}
-
-// startAsync starts the manager with its receiver, the delivering provider, and ApprovalProvider
-// team with spec.delivery, and waits until its delivery is registered.
+// startAsync starts the harness's asynchronous world (th.NewAsync).
 func startAsync(t *testing.T, opts ...th.Option) *asyncEnv {
-	t.Helper()
-	ca := testcert.NewCA(t, "receiver CA")
-	recv, receiverURL := withReceiver(t, ca)
-	h := th.New(t, env, append([]th.Option{recv}, opts...)...)
-	team, err := reference.New(reference.Options{Credential: teamCredential, ProvisionerToken: teamProvisioner,
-		AllowedWebhookNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, WebhookRootCAs: ca.Pool()})
-	h.G.Expect(err).NotTo(HaveOccurred())
-	url, err := team.Start("127.0.0.1:0")
-	h.G.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = team.Close() })
-	credentialSecret(h, "team-provisioner", teamProvisioner, serves("team"))
-	ap := &tg.ApprovalProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: h.NS},
-		Spec: tg.ApprovalProviderSpec{URL: url, AllowInsecureHTTP: true,
-			Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "team-provisioner", Key: "token"}},
-			Delivery:     &tg.Delivery{ReceiverURL: receiverURL}},
-	}
-	h.G.Expect(h.K8s.Create(context.Background(), ap)).To(Succeed())
-	e := &asyncEnv{h: h, team: team, url: url, receiverURL: receiverURL,
-		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}}
-	e.deliveryRegistered()
-	h.Tool("issue-refund", "issue_refund", th.RefundSchema, withProviderRef(tg.KindApprovalProvider, "team"))
-	return e
-}
-
-// deliveryRegistered waits until team's Delivery condition is True for its current generation and
-// returns its active registration.
-func (e *asyncEnv) deliveryRegistered() *tg.WebhookRegistration {
-	e.h.T.Helper()
-	var reg *tg.WebhookRegistration
-	e.h.G.Eventually(func(g Gomega) {
-		ap := e.provider(g)
-		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
-		g.Expect(c.Reason).To(Equal(tg.ReasonRegistered))
-		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
-		g.Expect(ap.Status.Delivery.Active.InstanceID).To(Equal(ap.Status.Instance.ID))
-		reg = ap.Status.Delivery.Active
-	}).WithTimeout(40 * time.Second).Should(Succeed())
-	return reg
-}
-
-func (e *asyncEnv) provider(g Gomega) *tg.ApprovalProvider {
-	ap := &tg.ApprovalProvider{}
-	g.Expect(e.h.K8s.Get(context.Background(), types.NamespacedName{Namespace: e.h.NS, Name: "team"}, ap)).To(Succeed())
-	return ap
+	return &asyncEnv{th.NewAsync(t, env, opts...)}
 }
 
 // secret is the signing secret of registration reg.
 func (e *asyncEnv) secret(reg *tg.WebhookRegistration) string {
 	s := &corev1.Secret{}
-	e.h.G.Expect(e.h.K8s.Get(context.Background(), types.NamespacedName{Namespace: e.h.NS, Name: reg.SecretName}, s)).To(Succeed())
+	e.H.G.Expect(e.H.K8s.Get(context.Background(), types.NamespacedName{Namespace: e.H.NS, Name: reg.SecretName}, s)).To(Succeed())
 	return string(s.Data["signingSecret"])
 }
 
 // post sends a notification body as message id, signed with secret at ts, to the receiver, and
 // returns the HTTP status.
 func (e *asyncEnv) post(secret, id string, ts time.Time, body string) int {
-	e.h.T.Helper()
+	e.H.T.Helper()
 	wh, err := standardwebhooks.NewWebhook(secret)
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 	sig, err := wh.Sign(id, ts, []byte(body))
-	e.h.G.Expect(err).NotTo(HaveOccurred())
-	req, err := http.NewRequest(http.MethodPost, e.receiverURL, bytes.NewReader([]byte(body)))
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	e.H.G.Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequest(http.MethodPost, e.ReceiverURL, bytes.NewReader([]byte(body)))
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
-	resp, err := e.client.Do(req)
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	resp, err := e.Client.Do(req)
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
 	return resp.StatusCode
 }
@@ -154,21 +79,21 @@ func resolved(id, instance, request string) string {
 // the request once and runs the approved call.
 func TestAsynchronousApprovalRunsWithoutPolling(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
-	g.Consistently(func() int64 { return e.team.Stats().Waiting }).WithTimeout(2*time.Second).Should(BeZero(), "no long poll")
-	gets := e.team.Stats().Gets
+	g.Consistently(func() int64 { return e.Team.Stats().Waiting }).WithTimeout(2*time.Second).Should(BeZero(), "no long poll")
+	gets := e.Team.Stats().Gets
 
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	_, err := e.Team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Reason).To(Equal(tg.ReasonJobCreated))
 	g.Expect(running.Status.Notification).NotTo(BeNil())
 	g.Expect(uuid.Parse(running.Status.Notification.ID)).Error().NotTo(HaveOccurred())
-	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
-	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
+	g.Expect(e.Team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
+	g.Expect(e.Team.Stats().Delivered).To(BeEquivalentTo(1))
 }
 
 // The receiver queues the call whose notification it records: the manager reads the request at once,
@@ -176,18 +101,18 @@ func TestAsynchronousApprovalRunsWithoutPolling(t *testing.T) {
 func TestNotifiedCallIsReadWithoutWaitingForTheWatch(t *testing.T) {
 	var held atomic.Int64
 	e := startAsync(t, withholdingNotifications(&held))
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
-	gets := e.team.Stats().Gets
+	gets := e.Team.Stats().Gets
 
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	_, err := e.Team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Notification).NotTo(BeNil())
 	g.Expect(held.Load()).To(BeNumerically(">", 0), "the watch event that recorded the notification was held back")
-	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
+	g.Expect(e.Team.Stats().Gets-gets).To(BeEquivalentTo(1), "one read, for the notification")
 }
 
 // The read a notification wakes records it in its own status write, with the decision: the call runs
@@ -205,16 +130,16 @@ func TestNotifiedCallIsRecordedWithTheDecision(t *testing.T) {
 		held.Add(1)
 		return true
 	}, release))
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	e.approveRefund()
 	g.Eventually(func() []batchv1.Job { return h.Jobs() }).Should(HaveLen(1), "the Job is created before the write that records the decision")
 	g.Eventually(held.Load).Should(BeEquivalentTo(1), "the write that records the decision and the notification is held")
-	g.Consistently(func() int64 { return e.team.Stats().Delivered }).WithTimeout(time.Second).Should(BeZero(), "no 2xx before the record is written")
+	g.Consistently(func() int64 { return e.Team.Stats().Delivered }).WithTimeout(time.Second).Should(BeZero(), "no 2xx before the record is written")
 
 	close(release)
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Notification).NotTo(BeNil())
-	g.Eventually(func() int64 { return e.team.Stats().Delivered }).Should(BeEquivalentTo(1))
+	g.Eventually(func() int64 { return e.Team.Stats().Delivered }).Should(BeEquivalentTo(1))
 	g.Expect(alone.Load()).To(BeZero(), "no status write of the notification alone")
 }
 
@@ -224,9 +149,9 @@ func TestNotifiedCallIsRecordedWithTheDecision(t *testing.T) {
 func TestReceiverRecordsTheNotificationWhenTheReadIsLate(t *testing.T) {
 	release := make(chan struct{})
 	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool { return tc.Status.Phase == tg.PhaseRunning }, release))
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	e.approveRefund()
-	g.Eventually(func() int64 { return e.team.Stats().Delivered }).WithTimeout(10*time.Second).Should(BeEquivalentTo(1), "acknowledged while the read's write hangs")
+	g.Eventually(func() int64 { return e.Team.Stats().Delivered }).WithTimeout(10*time.Second).Should(BeEquivalentTo(1), "acknowledged while the read's write hangs")
 	tc := h.Get("refund")
 	g.Expect(tc.Status.Phase).To(Equal(tg.PhaseAwaitingApproval), "the read's write is still held")
 	g.Expect(tc.Status.Notification).NotTo(BeNil(), "the receiver recorded the notification")
@@ -235,18 +160,18 @@ func TestReceiverRecordsTheNotificationWhenTheReadIsLate(t *testing.T) {
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Notification).To(HaveField("ID", tc.Status.Notification.ID))
 	g.Expect(h.Jobs()).To(HaveLen(1))
-	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
+	g.Expect(e.Team.Stats().Delivered).To(BeEquivalentTo(1))
 }
 
 // approveRefund creates the call refund, and approves its request at the provider once the call
 // awaits approval.
 func (e *asyncEnv) approveRefund() {
-	e.h.T.Helper()
-	e.h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
-	waiting := e.h.WaitPhase("refund", tg.PhaseAwaitingApproval)
+	e.H.T.Helper()
+	e.H.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
+	waiting := e.H.WaitPhase("refund", tg.PhaseAwaitingApproval)
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	_, err := e.Team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 }
 
 // withholdingNotifications builds the manager's cache so that its ToolCall informer never hands the
@@ -302,8 +227,8 @@ func (hh holdingHandler) OnUpdate(oldObj, newObj any) {
 // outcome or runs anything.
 func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
-	reg := e.deliveryRegistered()
+	h, g := e.H, e.H.G
+	reg := e.DeliveryRegistered()
 	secret := e.secret(reg)
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
@@ -345,12 +270,12 @@ func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 
 	// Another provider object's instance, on the same receiver, notifies about this call's request:
 	// its signature is good, but the request is not its instance's, so nothing is recorded.
-	credentialSecret(h, "other-provisioner", teamProvisioner, serves("other"))
+	h.CredentialSecret("other-provisioner", th.TeamProvisioner, th.Serves("other"))
 	other := &tg.ApprovalProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: h.NS},
-		Spec: tg.ApprovalProviderSpec{URL: e.url, AllowInsecureHTTP: true,
+		Spec: tg.ApprovalProviderSpec{URL: e.URL, AllowInsecureHTTP: true,
 			Provisioning: &tg.Provisioning{ProvisionerTokenSecretRef: tg.SecretKeyRef{Name: "other-provisioner", Key: "token"}},
-			Delivery:     &tg.Delivery{ReceiverURL: e.receiverURL}},
+			Delivery:     &tg.Delivery{ReceiverURL: e.ReceiverURL}},
 	}
 	g.Expect(h.K8s.Create(context.Background(), other)).To(Succeed())
 	var otherReg *tg.WebhookRegistration
@@ -393,18 +318,18 @@ func TestReceiverRefusesForgeriesAndActsOncePerNotification(t *testing.T) {
 func TestLostNotificationIsCoveredByTheSafetyRead(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	e := startAsync(t, th.WithClock(clk))
-	h, g := e.h, e.h.G
-	reg := e.deliveryRegistered()
+	h, g := e.H, e.H.G
+	reg := e.DeliveryRegistered()
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Hour, ptr.To(2*time.Hour))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 
 	// The provider stops delivering behind the manager's back, then the human approves.
-	pc, err := provider.NewHTTPClient(provider.Options{BaseURL: e.url, Credential: func() (string, error) { return teamProvisioner, nil }})
+	pc, err := provider.NewHTTPClient(provider.Options{BaseURL: e.URL, Credential: func() (string, error) { return th.TeamProvisioner, nil }})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = pc.UpdateInstanceDelivery(context.Background(), reg.InstanceID, uuid.NewString(), provider.DeliveryUpdate{Remove: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	exp := clk.Now().Add(2 * time.Hour)
-	_, err = e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	_, err = e.Team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Consistently(func() tg.ToolCallPhase { return h.Get("refund").Status.Phase }).WithTimeout(2*time.Second).
 		Should(Equal(tg.PhaseAwaitingApproval), "nothing is polled before the safety read")
@@ -419,62 +344,62 @@ func TestLostNotificationIsCoveredByTheSafetyRead(t *testing.T) {
 // notification arrives, and until then the restarted manager polls nothing.
 func TestReceiverDownForAWhileGetsTheProvidersRetry(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
 
 	h.StopManager()
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	_, err := e.Team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() int64 { return e.team.Stats().DeliveryFailures }).Should(BeNumerically(">=", 1), "the provider could not deliver")
-	gets := e.team.Stats().Gets
+	g.Eventually(func() int64 { return e.Team.Stats().DeliveryFailures }).Should(BeNumerically(">=", 1), "the provider could not deliver")
+	gets := e.Team.Stats().Gets
 	h.Start()
 	running := h.WaitPhase("refund", tg.PhaseRunning, time.Minute)
 	g.Expect(running.Status.Notification).NotTo(BeNil())
-	g.Expect(e.team.Stats().Gets-gets).To(BeEquivalentTo(2), "after the restart, the provider object's probe and the read for the notification, and no poll")
+	g.Expect(e.Team.Stats().Gets-gets).To(BeEquivalentTo(2), "after the restart, the provider object's probe and the read for the notification, and no poll")
 }
 
 // Removing spec.delivery stops the provider's delivery and puts the waiting calls back on long polls.
 func TestRemovingDeliveryFallsBackToLongPolls(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	waiting := h.WaitPhase("refund", tg.PhaseAwaitingApproval)
-	ap := e.provider(g)
+	ap := e.Provider(g)
 	ap.Spec.Delivery = nil
 	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		ap := e.provider(g)
+		ap := e.Provider(g)
 		g.Expect(ap.Status.Delivery).To(BeNil())
 		g.Expect(meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)).To(BeNil())
 	}).Should(Succeed())
-	g.Eventually(func() int64 { return e.team.Stats().Waiting }).Should(BeEquivalentTo(1), "the call long-polls again")
+	g.Eventually(func() int64 { return e.Team.Stats().Waiting }).Should(BeEquivalentTo(1), "the call long-polls again")
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
+	_, err := e.Team.Decide(waiting.Status.RequestID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Notification).To(BeNil())
-	g.Expect(e.team.Stats().Delivered).To(BeZero())
+	g.Expect(e.Team.Stats().Delivered).To(BeZero())
 }
 
 // A delivery update that cannot be sent, because no client can be built with the provisioner token,
 // says so and what is wrong, rather than quoting a provider error code nobody sent.
 func TestDeliveryUpdateThatCannotBeSentSaysWhy(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
-	ap := e.provider(g)
+	h, g := e.H, e.H.G
+	ap := e.Provider(g)
 	ap.Spec.CABundle = []byte("not a certificate")
 	ap.Spec.Delivery.Rotation = "2"
 	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		ap := e.provider(g)
+		ap := e.Provider(g)
 		c := meta.FindStatusCondition(ap.Status.Conditions, tg.ConditionDelivery)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.ObservedGeneration).To(Equal(ap.Generation))
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(tg.ReasonRegistrationFailed))
-		g.Expect(c.Message).To(Equal("The registration of " + e.receiverURL + " could not be submitted (the provisioner token cannot be used: the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate); retried."))
+		g.Expect(c.Message).To(Equal("The registration of " + e.ReceiverURL + " could not be submitted (the provisioner token cannot be used: the CA bundle holds no PEM certificate: give the PEM of the CA that signed the provider's certificate); retried."))
 	}).Should(Succeed())
 }
 
@@ -496,18 +421,18 @@ func TestNotificationBeforeTheStatusWriteIsKept(t *testing.T) {
 	e := startAsync(t, holdStatusWrites(func(tc *tg.ToolCall) bool {
 		return tc.Status.Phase == tg.PhaseAwaitingApproval && tc.Status.Notification == nil && held.CompareAndSwap(false, true)
 	}, release))
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	var pending []provider.Request
 	g.Eventually(func(g Gomega) {
 		var err error
-		pending, err = e.team.List(provider.StatusPending)
+		pending, err = e.Team.List(provider.StatusPending)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(pending).To(HaveLen(1))
 	}).Should(Succeed())
 	g.Eventually(held.Load).Should(BeTrue(), "the status write that records the request is held")
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(pending[0].ID, provider.StatusApproved, "ok", &exp)
+	_, err := e.Team.Decide(pending[0].ID, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func(g Gomega) {
 		tc := h.Get("refund")
@@ -522,28 +447,28 @@ func TestNotificationBeforeTheStatusWriteIsKept(t *testing.T) {
 // verification posts a webhook.verification for registration and instance, signed with secret, and
 // returns the status and the challenge answered.
 func (e *asyncEnv) verification(secret, registration, instance string) (int, string) {
-	e.h.T.Helper()
+	e.H.T.Helper()
 	id, challenge := uuid.NewString(), uuid.NewString()
 	body := `{"id":"` + id + `","type":"webhook.verification","registration_id":"` + registration + `","instance_id":"` + instance +
 		`","created_at":"` + time.Now().UTC().Format(time.RFC3339) + `","challenge":"` + challenge + `"}`
 	wh, err := standardwebhooks.NewWebhook(secret)
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 	sig, err := wh.Sign(id, time.Now(), []byte(body))
-	e.h.G.Expect(err).NotTo(HaveOccurred())
-	req, err := http.NewRequest(http.MethodPost, e.receiverURL, bytes.NewReader([]byte(body)))
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	e.H.G.Expect(err).NotTo(HaveOccurred())
+	req, err := http.NewRequest(http.MethodPost, e.ReceiverURL, bytes.NewReader([]byte(body)))
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
-	resp, err := e.client.Do(req)
-	e.h.G.Expect(err).NotTo(HaveOccurred())
+	resp, err := e.Client.Do(req)
+	e.H.G.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = resp.Body.Close() }()
 	var got struct {
 		Challenge string `json:"challenge"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&got)
 	if got.Challenge != "" && got.Challenge != challenge {
-		e.h.T.Fatalf("the receiver answered challenge %q to %q", got.Challenge, challenge)
+		e.H.T.Fatalf("the receiver answered challenge %q to %q", got.Challenge, challenge)
 	}
 	return resp.StatusCode, got.Challenge
 }
@@ -554,9 +479,9 @@ func (e *asyncEnv) verification(secret, registration, instance string) (int, str
 // while (attempts in flight), and the new secret's are.
 func TestRotationRegistersANewSecretAndTheReceiverAnswersOnlyWhatItExpects(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
-	first := e.deliveryRegistered()
-	verifications := e.team.Stats().WebhookVerifications
+	h, g := e.H, e.H.G
+	first := e.DeliveryRegistered()
+	verifications := e.Team.Stats().WebhookVerifications
 
 	// Nobody proposed these: refused, whatever the signature.
 	status, challenge := e.verification(e.secret(first), uuid.NewString(), first.InstanceID)
@@ -565,22 +490,22 @@ func TestRotationRegistersANewSecretAndTheReceiverAnswersOnlyWhatItExpects(t *te
 	status, _ = e.verification(e.secret(first), first.RegistrationID, first.InstanceID)
 	g.Expect(status).To(Equal(http.StatusForbidden), "an active registration is not proposed any more")
 
-	ap := e.provider(g)
+	ap := e.Provider(g)
 	ap.Spec.Delivery.Rotation = "2026-12"
 	g.Expect(h.K8s.Update(context.Background(), ap)).To(Succeed())
 	var second *tg.WebhookRegistration
 	g.Eventually(func(g Gomega) {
-		ap := e.provider(g)
+		ap := e.Provider(g)
 		g.Expect(ap.Status.Delivery.Active.Rotation).To(Equal("2026-12"))
 		second = ap.Status.Delivery.Active
 		g.Expect(ap.Status.Delivery.Previous).To(HaveField("RegistrationID", first.RegistrationID))
 	}).WithTimeout(40 * time.Second).Should(Succeed())
-	e.deliveryRegistered()
+	e.DeliveryRegistered()
 	g.Expect(second.RegistrationID).NotTo(Equal(first.RegistrationID))
 	g.Expect(second.SecretName).NotTo(Equal(first.SecretName))
 	g.Expect(e.secret(second)).NotTo(Equal(e.secret(first)))
 	g.Expect(second.InstanceID).To(Equal(first.InstanceID))
-	g.Expect(e.team.Stats().WebhookVerifications-verifications).To(BeEquivalentTo(1), "the provider verified the new registration")
+	g.Expect(e.Team.Stats().WebhookVerifications-verifications).To(BeEquivalentTo(1), "the provider verified the new registration")
 
 	h.ToolCall("refund", "issue_refund", th.RefundArgs, 3*time.Minute, ptr.To(2*time.Minute))
 	req := h.WaitPhase("refund", tg.PhaseAwaitingApproval).Status.RequestID
@@ -588,10 +513,10 @@ func TestRotationRegistersANewSecretAndTheReceiverAnswersOnlyWhatItExpects(t *te
 	g.Expect(e.post(e.secret(first), old, time.Now(), resolved(old, first.InstanceID, req))).To(Equal(http.StatusNoContent), "in flight with the replaced secret")
 	g.Eventually(func(g Gomega) { g.Expect(h.Get("refund").Status.Notification).To(HaveField("ID", old)) }).Should(Succeed())
 	exp := time.Now().Add(5 * time.Minute)
-	_, err := e.team.Decide(req, provider.StatusApproved, "ok", &exp)
+	_, err := e.Team.Decide(req, provider.StatusApproved, "ok", &exp)
 	g.Expect(err).NotTo(HaveOccurred())
 	h.WaitPhase("refund", tg.PhaseRunning)
-	g.Eventually(func() int64 { return e.team.Stats().Delivered }).Should(BeEquivalentTo(1), "the provider's notification, signed with the new secret, was acknowledged")
+	g.Eventually(func() int64 { return e.Team.Stats().Delivered }).Should(BeEquivalentTo(1), "the provider's notification, signed with the new secret, was acknowledged")
 }
 
 // holdStatusWrites builds the manager's client so that a status write of a ToolCall for which hold
@@ -625,12 +550,12 @@ func holdStatusWrites(hold func(*tg.ToolCall) bool, release <-chan struct{}) th.
 // message counts.
 func TestNotificationsFlowWhileOthersClaimTheInstance(t *testing.T) {
 	e := startAsync(t)
-	h, g := e.h, e.h.G
+	h, g := e.H, e.H.G
 	ctx := context.Background()
-	active := e.deliveryRegistered()
+	active := e.DeliveryRegistered()
 	for _, name := range []string{"claim-a", "claim-b"} {
-		credentialSecret(h, name+"-signing", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", serves(name))
-		ap := approvalProvider(h, name, e.url, "no-such-credential")
+		h.CredentialSecret(name+"-signing", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", th.Serves(name))
+		ap := h.ApprovalProvider(name, e.URL, "no-such-credential")
 		g.Eventually(func() error {
 			if err := h.K8s.Get(ctx, client.ObjectKeyFromObject(ap), ap); err != nil {
 				return err
@@ -645,6 +570,6 @@ func TestNotificationsFlowWhileOthersClaimTheInstance(t *testing.T) {
 	e.approveRefund()
 	running := h.WaitPhase("refund", tg.PhaseRunning)
 	g.Expect(running.Status.Notification).NotTo(BeNil(), "woken by its notification")
-	g.Expect(e.team.Stats().Delivered).To(BeEquivalentTo(1))
-	g.Expect(e.team.Stats().DeliveryFailures).To(BeZero(), "the first attempt was verified")
+	g.Expect(e.Team.Stats().Delivered).To(BeEquivalentTo(1))
+	g.Expect(e.Team.Stats().DeliveryFailures).To(BeZero(), "the first attempt was verified")
 }

@@ -1,4 +1,4 @@
-package controllers_test
+package mcpserver_test
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/mcpserver"
 	"toolgate.dev/toolgate/internal/mcpcall"
 	"toolgate.dev/toolgate/test/mcpeverything"
 	th "toolgate.dev/toolgate/test/testharness"
@@ -42,7 +41,7 @@ func endMCPJob(h *th.Harness, jobName string, state corev1.ContainerStateTermina
 	}
 	h.G.Expect(h.K8s.Create(ctx, pod)).To(Succeed())
 	pod.Status.Phase = corev1.PodFailed
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: mcpserver.ExecutorContainer, Image: "mcp-call:test",
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: mcpcall.Container, Image: "mcp-call:test",
 		State: corev1.ContainerState{Terminated: &state}}}
 	h.G.Expect(h.K8s.Status().Update(ctx, pod)).To(Succeed())
 	now := metav1.Now()
