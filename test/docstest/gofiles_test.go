@@ -35,12 +35,13 @@ import (
 //     or as the end of a repository path after a slash (toolcall/job.go is controllers/toolcall/job.go).
 //     The module path (toolgate.dev/toolgate/) is dropped first.
 //   - A bare name (job.go) in a Go comment exists in that file's own directory (its package), or
-//     somewhere under a directory that the same comment names as a path (the map of
-//     controllers/doc.go names controllers/toolcall, then its files by name).
+//     somewhere under a directory that the same paragraph of the comment names as a path (an item of
+//     the map of controllers/doc.go names controllers/toolcall, then its files by name). A paragraph
+//     ends at a blank comment line, at the start of a list item ("- ") and where the comment ends.
 //   - A bare name in a Markdown page exists somewhere in the repository.
 //   - A line, if given, is within the file.
 //
-// A comment is a run of comments on consecutive lines; the files are those on disk, so that a rename
+// A comment is a run of comments on consecutive lines with no code between. The files are those on disk, so that a rename
 // not committed yet is seen. The failure lists every stale name as "file:line: name (why)", in order.
 //
 // Names that are not files of this repository (another module's file named without its URL, a file a
@@ -145,8 +146,8 @@ func newRef(where, dir, name, line string) goFileRef {
 	return r
 }
 
-// goCommentRefs returns the names in the comments of the Go file rel. A run of comments on
-// consecutive lines is one comment, whose paths name the directories of its bare names.
+// goCommentRefs returns the names in the comments of the Go file rel. The directories a paragraph
+// of a comment names (see startsParagraph) are where its bare names may be.
 func goCommentRefs(t *testing.T, root, rel string) []goFileRef {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(root, rel))
@@ -172,6 +173,9 @@ func goCommentRefs(t *testing.T, root, rel string) []goFileRef {
 			break
 		}
 		if tok != token.COMMENT {
+			if tok != token.SEMICOLON || lit != "\n" { // code between two comments parts them
+				endLine = -2
+			}
 			continue
 		}
 		start := fset.Position(pos).Line
@@ -179,6 +183,9 @@ func goCommentRefs(t *testing.T, root, rel string) []goFileRef {
 			flush()
 		}
 		for i, line := range strings.Split(lit, "\n") {
+			if startsParagraph(line) {
+				flush()
+			}
 			for _, n := range namesIn(line) {
 				group = append(group, newRef(fmt.Sprintf("%s:%d", rel, start+i), filepath.ToSlash(filepath.Dir(rel)), n[0], n[1]))
 			}
@@ -188,6 +195,13 @@ func goCommentRefs(t *testing.T, root, rel string) []goFileRef {
 	}
 	flush()
 	return out
+}
+
+// startsParagraph reports whether a comment's line is blank or starts an item of a list, where the
+// directories its earlier lines name stop holding the bare names that follow.
+func startsParagraph(line string) bool {
+	text := strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(line), "//"), "/*"))
+	return text == "" || text == "*/" || strings.HasPrefix(text, "- ") || strings.HasPrefix(text, "* ")
 }
 
 // dirsIn returns the repository directories that line names as paths (relative to the root, or to
@@ -283,13 +297,25 @@ func (files goFiles) resolve(r goFileRef) string {
 			}
 		}
 		if len(found) == 0 {
-			return "not in " + strings.Join(slices.Compact(append([]string{r.dir}, r.dirs...)), " nor under ")
+			return notFound(r)
 		}
 	}
 	if r.line > 0 && !slices.ContainsFunc(found, func(f string) bool { return files[f] >= r.line }) {
 		return fmt.Sprintf("%s has fewer than %d lines", found[0], r.line)
 	}
 	return ""
+}
+
+// notFound says where a bare name of a Go comment was looked for.
+func notFound(r goFileRef) string {
+	dirs := slices.Compact(slices.Sorted(slices.Values(r.dirs)))
+	switch {
+	case len(dirs) == 0:
+		return "not in " + r.dir
+	case len(dirs) > 3:
+		return fmt.Sprintf("not in %s nor under any of the %d directories its paragraph names", r.dir, len(dirs))
+	}
+	return "not in " + r.dir + " nor under " + strings.Join(dirs, " nor under ")
 }
 
 // sourceFiles returns the repository-relative paths of the files ending in ext, outside vendor,
@@ -376,6 +402,40 @@ func TestGoFileNamesAreFoundAndResolved(t *testing.T) {
 			t.Errorf("%s: resolve(%s in %s) = %q, want %q", c.name, c.ref.text, c.ref.dir, got, c.wantFail)
 		}
 	}
+}
+
+// The directories a comment names hold the bare names of its paragraph only: a blank line, a list
+// item or the end of the comment ends it.
+func TestGoCommentParagraphsScopeTheirDirectories(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	for _, dir := range []string{"pkg/a", "pkg/b", "pkg/c"} {
+		g.Expect(os.MkdirAll(filepath.Join(root, dir), 0o755)).To(Succeed())
+	}
+	src := `// Package p is mapped here.
+//   - pkg/a: one.go and
+//     two.go.
+//   - pkg/b (see ../pkg/c): three.go.
+//
+// four.go
+package p
+
+// five.go, after the package's comment ended.
+func f() {} // six.go, parted from the comment above by code
+`
+	g.Expect(os.WriteFile(filepath.Join(root, "pkg", "p.go"), []byte(src), 0o644)).To(Succeed())
+	dirs := map[string][]string{}
+	for _, r := range goCommentRefs(t, root, "pkg/p.go") {
+		dirs[r.where+" "+r.name] = r.dirs
+	}
+	g.Expect(dirs).To(Equal(map[string][]string{
+		"pkg/p.go:2 one.go":   {"pkg/a"},
+		"pkg/p.go:3 two.go":   {"pkg/a"},
+		"pkg/p.go:4 three.go": {"pkg/b", "pkg/c"},
+		"pkg/p.go:6 four.go":  nil,
+		"pkg/p.go:9 five.go":  nil,
+		"pkg/p.go:10 six.go":  nil,
+	}))
 }
 
 func withDirs(r goFileRef, dirs ...string) goFileRef {
