@@ -1,12 +1,10 @@
 package mcpserver_test
 
 import (
-	"context"
 	"testing"
 
-	. "github.com/onsi/gomega"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -19,20 +17,10 @@ import (
 // reports nothing: the change of Ready is one event.
 func TestReadyChangeIsReportedOnceWhenTwoReplicasRace(t *testing.T) {
 	h := th.New(t, env, th.WithoutManager())
-	key := types.NamespacedName{Namespace: h.NS, Name: "everything"}
-	race := h.RaceStatus(&tg.MCPServer{}, key)
+	race := h.RaceStatus(&tg.MCPServer{}, types.NamespacedName{Namespace: h.NS, Name: "everything"})
 	h.Start()
 	srv := mcpServer(h, "http://127.0.0.1:9/mcp", []string{"echo"}, func(s *tg.MCPServer) {
 		s.Spec.Headers = []tg.MCPHeader{{Name: "Authorization", SecretKeyRef: tg.SecretKeyRef{Name: "missing", Key: "token"}}}
 	})
-
-	err := race.Run()
-	h.G.Eventually(func(g Gomega) {
-		g.Expect(h.K8s.Get(context.Background(), key, srv)).To(Succeed())
-		ready := meta.FindStatusCondition(srv.Status.Conditions, tg.ConditionReady)
-		g.Expect(ready).NotTo(BeNil())
-		g.Expect(ready.Reason).To(Equal(tg.ReasonHeaderSecretUnavailable))
-	}).Should(Succeed())
-	h.ExpectEvents(h.NS, srv.UID, map[string]int32{tg.ReasonHeaderSecretUnavailable + "/Warning": 1})
-	h.G.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the manager's patch from the older copy is refused, not %v", err)
+	race.ExpectReportedOnce(srv, func() []metav1.Condition { return srv.Status.Conditions }, h.NS, tg.ReasonHeaderSecretUnavailable, corev1.EventTypeWarning)
 }

@@ -1,12 +1,10 @@
 package tool_test
 
 import (
-	"context"
 	"testing"
 
-	. "github.com/onsi/gomega"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -21,14 +19,5 @@ func TestReadyChangeIsReportedOnceWhenTwoReplicasRace(t *testing.T) {
 	race := h.RaceStatus(&tg.Tool{}, types.NamespacedName{Namespace: h.NS, Name: "raced"})
 	h.Start()
 	tool := h.Tool("raced", "raced", `{"type":"object"}`)
-
-	err := race.Run()
-	h.G.Eventually(func(g Gomega) {
-		g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "raced"}, tool)).To(Succeed())
-		ready := meta.FindStatusCondition(tool.Status.Conditions, tg.ConditionReady)
-		g.Expect(ready).NotTo(BeNil())
-		g.Expect(ready.Reason).To(Equal(tg.ReasonSpecCompiled))
-	}).Should(Succeed())
-	h.ExpectEvents(h.NS, tool.UID, map[string]int32{tg.ReasonSpecCompiled + "/Normal": 1})
-	h.G.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the manager's patch from the older copy is refused, not %v", err)
+	race.ExpectReportedOnce(tool, func() []metav1.Condition { return tool.Status.Conditions }, h.NS, tg.ReasonSpecCompiled, corev1.EventTypeNormal)
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -14,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers"
 )
 
@@ -125,4 +129,21 @@ func (h *Harness) replica(newClient client.NewClientFunc) {
 		}
 	}()
 	h.T.Cleanup(func() { cancel(); <-done })
+}
+
+// ExpectReportedOnce runs the race (Run) and checks its outcome: Ready of obj (conditions reads them
+// from it) says reason, the change was reported as one event of type eventType in ns, and the
+// manager's patch from the older copy was refused with a Conflict.
+func (r *StatusRace) ExpectReportedOnce(obj client.Object, conditions func() []metav1.Condition, ns, reason, eventType string) {
+	h := r.h
+	h.T.Helper()
+	err := r.Run()
+	h.G.Eventually(func(g Gomega) {
+		g.Expect(h.K8s.Get(context.Background(), r.key, obj)).To(Succeed())
+		ready := meta.FindStatusCondition(conditions(), tg.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Reason).To(Equal(reason))
+	}).Should(Succeed())
+	h.ExpectEvents(ns, obj.GetUID(), map[string]int32{reason + "/" + eventType: 1})
+	h.G.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the manager's patch from the older copy is refused, not %v", err)
 }
