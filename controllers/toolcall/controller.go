@@ -264,6 +264,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Waiter); err != nil {
 		return err
 	}
+	if err := mgr.Add(r.ExecutionKey); err != nil {
+		return err
+	}
 	r.notified = make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
 	replayed := make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
 	if err := r.addGoneReplay(mgr, replayed); err != nil {

@@ -8,8 +8,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +19,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 )
@@ -87,6 +91,33 @@ func (k *ExecutionKey) load(ctx context.Context) ([]byte, error) {
 	}
 	k.key, k.since = v, s.CreationTimestamp
 	return v, nil
+}
+
+// keyRetry bounds the wait between two tries to make or read the key at start.
+var keyRetry = wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt32, Cap: time.Minute}
+
+// Start makes (or reads) the key as soon as the manager leads, before any call is approved, so that
+// the time the key was made (since) is when this manager first ran: a Job without a proof is the
+// call's only if an older manager made it, never one made while this one runs (made in advance, it
+// would otherwise count as older than a key made at the first approval). A key that cannot be made
+// yet (the namespace missing, Secrets refused) is tried again, with its error in the log, and Jobs
+// are not created meanwhile.
+func (k *ExecutionKey) Start(ctx context.Context) error {
+	backoff := keyRetry
+	for {
+		_, err := k.load(ctx)
+		if err == nil {
+			return nil
+		}
+		logf.FromContext(ctx).Error(err, "the execution key cannot be made yet; approved calls wait for it", "namespace", k.Namespace)
+		t := time.NewTimer(backoff.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // proof is the MAC of one Job of one ToolCall, started by decision (the Job's decision annotation).

@@ -27,6 +27,11 @@ import (
 // an owner reference to it, and a Pod template that runs something else.
 func forgedJob(h *th.Harness, tc *tg.ToolCall, annotations map[string]string) *batchv1.Job {
 	h.T.Helper()
+	// The forger acts while the manager runs, after it made its key when it started
+	// (TestExecutionKeyIsMadeWhenTheManagerStarts).
+	h.G.Eventually(func() error {
+		return h.K8s.Get(context.Background(), client.ObjectKey{Namespace: h.NS, Name: toolcall.ExecutionKeySecret}, &corev1.Secret{})
+	}).Should(Succeed())
 	labels := map[string]string{tg.LabelToolCallUID: string(tc.UID), tg.LabelToolCallName: tc.Name, tg.LabelToolName: tc.Spec.Tool}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: toolcall.JobName(tc), Labels: labels, Annotations: annotations,
@@ -193,6 +198,27 @@ func TestPodNotMadeFromTheTemplateIsNotTheCallsOutcome(t *testing.T) {
 	done := h.ApproveAndFinish("genuine", true, `{"refund":"r-2"}`)
 	g.Expect(done.Status.JobUID).NotTo(BeEmpty())
 	g.Expect(h.WaitPhase("genuine", tg.PhaseSucceeded).Status.Result).To(Equal(`{"refund":"r-2"}`))
+}
+
+// The manager makes its key when it starts leading, before any call is approved: a Job made in
+// advance while it runs is never older than the key, so it needs a proof like any other. (A key made
+// at the first approval would be younger than a Job made before it, which would then pass for one
+// an older manager made.)
+func TestExecutionKeyIsMadeWhenTheManagerStarts(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	ctx := context.Background()
+	key := &corev1.Secret{}
+	g.Eventually(func() error {
+		return h.K8s.Get(ctx, client.ObjectKey{Namespace: h.NS, Name: toolcall.ExecutionKeySecret}, key)
+	}).Should(Succeed(), "made with no ToolCall in sight")
+	h.Tool("issue-refund", "issue_refund", th.RefundSchema)
+	tc := h.ToolCall("refund", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	req := h.PendingRequest("refund")
+	job := forgedJob(h, tc, nil)
+	g.Expect(job.CreationTimestamp.Before(&key.CreationTimestamp)).To(BeFalse())
+	h.Approve(req.ID, 5*time.Minute)
+	g.Expect(h.WaitPhase("refund", tg.PhaseFailed).Status.Reason).To(Equal(tg.ReasonForeignJob))
 }
 
 // The key of execution proofs is made by the manager, at random, in its own namespace.
