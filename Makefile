@@ -92,7 +92,7 @@ chaos: ## Run the full chaos run (500 ToolCalls, provider faults, manager killed
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target (provider responses, decision logic) for FUZZTIME (default 60s).
-	@set -e; for pkg in ./internal/provider/ ./controllers/; do \
+	@set -e; for pkg in ./internal/provider/ ./internal/aapwebhook/ ./controllers/toolcalls/; do \
 	  for target in $$(go test $$pkg -list '^Fuzz' | grep '^Fuzz'); do \
 	    echo "== $$pkg $$target"; go test $$pkg -run '^$$' -fuzz "^$$target$$" -fuzztime $(or $(FUZZTIME),60s); \
 	  done; \

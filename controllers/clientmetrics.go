@@ -8,7 +8,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/internal/provider"
 )
 
@@ -30,17 +30,17 @@ func init() {
 
 // CountProviderRequest is the OnAttempt hook of the manager's own provider (--provider-url).
 func CountProviderRequest(op string) {
-	providerRequests.WithLabelValues(providers.DefaultLabel, op).Inc()
+	providerRequests.WithLabelValues(providercache.DefaultLabel, op).Inc()
 }
 
 // CountProviderError is the OnError hook of the manager's own provider (--provider-url).
 func CountProviderError(op, code string) {
-	providerRequestErrors.WithLabelValues(providers.DefaultLabel, op, code).Inc()
+	providerRequestErrors.WithLabelValues(providercache.DefaultLabel, op, code).Inc()
 }
 
 // providerOptions are what the clients of provider object k start from: hooks that count their
 // attempts and failures under k's label.
-func providerOptions(k providers.Key) provider.Options {
+func providerOptions(k providercache.Key) provider.Options {
 	label := k.Label()
 	return provider.Options{
 		OnAttempt: func(op string) { providerRequests.WithLabelValues(label, op).Inc() },

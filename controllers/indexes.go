@@ -8,9 +8,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/controllers/receiver"
-	"toolgate.dev/toolgate/controllers/toolcall"
+	"toolgate.dev/toolgate/controllers/toolcalls"
 )
 
 // Every field index of the manager's cache is registered here, once (registerIndexes); its name is
@@ -28,13 +28,13 @@ func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
 		fn    client.IndexerFunc
 	}
 	indexes := []index{
-		{&tg.Tool{}, toolcall.ToolNameField, func(o client.Object) []string { return []string{o.(*tg.Tool).Spec.ToolName} }},
-		{&tg.ToolCall{}, toolcall.ToolCallToolField, func(o client.Object) []string { return []string{o.(*tg.ToolCall).Spec.Tool} }},
-		{&tg.ToolCall{}, providers.ToolCallsField, providers.IndexToolCalls},
-		{&tg.ApprovalProvider{}, providers.RegistrationField, providers.IndexByRegistration},
-		{&tg.ApprovalProvider{}, providers.InstanceField, providers.IndexByInstance},
-		{&tg.ClusterApprovalProvider{}, providers.RegistrationField, providers.IndexByRegistration},
-		{&tg.ClusterApprovalProvider{}, providers.InstanceField, providers.IndexByInstance},
+		{&tg.Tool{}, toolcalls.ToolNameField, func(o client.Object) []string { return []string{o.(*tg.Tool).Spec.ToolName} }},
+		{&tg.ToolCall{}, toolcalls.ToolCallToolField, func(o client.Object) []string { return []string{o.(*tg.ToolCall).Spec.Tool} }},
+		{&tg.ToolCall{}, providercache.ToolCallsField, providercache.IndexToolCalls},
+		{&tg.ApprovalProvider{}, providercache.RegistrationField, providercache.IndexByRegistration},
+		{&tg.ApprovalProvider{}, providercache.InstanceField, providercache.IndexByInstance},
+		{&tg.ClusterApprovalProvider{}, providercache.RegistrationField, providercache.IndexByRegistration},
+		{&tg.ClusterApprovalProvider{}, providercache.InstanceField, providercache.IndexByInstance},
 	}
 	if receiverOn {
 		indexes = append(indexes, index{&tg.ToolCall{}, receiver.RequestIDField, receiver.IndexToolCallsByRequestID})

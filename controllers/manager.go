@@ -21,15 +21,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/approvalprovider"
+	"toolgate.dev/toolgate/controllers/approvalproviders"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
-	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
-	"toolgate.dev/toolgate/controllers/mcpserver"
+	"toolgate.dev/toolgate/controllers/mcpservers"
 	"toolgate.dev/toolgate/controllers/receiver"
-	"toolgate.dev/toolgate/controllers/tool"
-	"toolgate.dev/toolgate/controllers/toolcall"
-	"toolgate.dev/toolgate/controllers/toolcall/waiter"
+	"toolgate.dev/toolgate/controllers/toolcalls"
+	"toolgate.dev/toolgate/controllers/toolcalls/waiter"
+	"toolgate.dev/toolgate/controllers/tools"
 	"toolgate.dev/toolgate/internal/policy"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -73,7 +73,7 @@ type Options struct {
 	ReceiverCertDir     string
 	// MCP bounds what the MCPServer controller reads from MCP servers and how often it lists one
 	// (zero fields: mcpserver's defaults).
-	MCP mcpserver.Options
+	MCP mcpservers.Options
 }
 
 // DefaultOptions are the manager's defaults, the one place they are set: the manager's flags start
@@ -185,7 +185,7 @@ func ManagerOptions(o Options) ctrl.Options {
 		// Managed fields are never read: dropping them keeps the cache small at many pending ToolCalls.
 		Cache: cache.Options{DefaultNamespaces: namespaces, DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: ours},
-			&corev1.Pod{}:  {Label: ours, Transform: toolcall.SlimPod},
+			&corev1.Pod{}:  {Label: ours, Transform: toolcalls.SlimPod},
 		}},
 	}
 }
@@ -207,7 +207,7 @@ const ReceiverPath = receiver.Path
 // is on, the gauges computed from its cache at each scrape (statemetrics.go), and the health probes.
 func Setup(mgr ctrl.Manager, o Options) error {
 	o = o.withDefaults()
-	tools, err := toolcache.New(policy.DefaultLimits())
+	derived, err := toolcache.New(policy.DefaultLimits())
 	if err != nil {
 		return err
 	}
@@ -215,8 +215,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := registerIndexes(mgr, receiverOn); err != nil {
 		return err
 	}
-	provs := providers.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace, providerOptions)
-	r := &toolcall.Reconciler{
+	provs := providercache.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace, providerOptions)
+	r := &toolcalls.Reconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
@@ -229,25 +229,25 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		FinishedCallTTL:         o.FinishedCallTTL,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Providers:               provs,
-		Tools:                   tools,
+		Tools:                   derived,
 		GoneNamespace:           cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace),
 		Namespaces:              o.Namespaces,
-		ExecutionKey: &toolcall.ExecutionKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		ExecutionKey: &toolcalls.ExecutionKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace)},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
-	toolController := &tool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Tools: tools}
+	toolController := &tools.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Tools: derived}
 	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
-	mc := &mcpserver.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Options: o.MCP}
+	mc := &mcpservers.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Options: o.MCP}
 	if err := mc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MCPServer controller: %w", err)
 	}
 	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
-		pr := &approvalprovider.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"),
+		pr := &approvalproviders.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"),
 			Clock: o.Clock, Kind: kind, Providers: provs}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", kind, err)

@@ -14,7 +14,7 @@ import (
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
-	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 )
 
 // The gauges of what the cluster holds, computed when metrics are gathered from the manager's cache
@@ -158,15 +158,15 @@ func (src *stateSource) collect(ctx context.Context) error {
 }
 
 // providerObjects are the ApprovalProviders and ClusterApprovalProviders in the cache, by key.
-func (src *stateSource) providerObjects(ctx context.Context) (map[providers.Key]tg.GenericProvider, error) {
-	out := map[providers.Key]tg.GenericProvider{}
+func (src *stateSource) providerObjects(ctx context.Context) (map[providercache.Key]tg.GenericProvider, error) {
+	out := map[providercache.Key]tg.GenericProvider{}
 	aps := &tg.ApprovalProviderList{}
 	if err := src.cache.List(ctx, aps, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range aps.Items {
 		ap := &aps.Items[i]
-		out[providers.Key{Kind: tg.KindApprovalProvider, Namespace: ap.Namespace, Name: ap.Name}] = ap
+		out[providercache.Key{Kind: tg.KindApprovalProvider, Namespace: ap.Namespace, Name: ap.Name}] = ap
 	}
 	caps := &tg.ClusterApprovalProviderList{}
 	if err := src.cache.List(ctx, caps, client.UnsafeDisableDeepCopy); err != nil {
@@ -174,20 +174,20 @@ func (src *stateSource) providerObjects(ctx context.Context) (map[providers.Key]
 	}
 	for i := range caps.Items {
 		cap := &caps.Items[i]
-		out[providers.Key{Kind: tg.KindClusterApprovalProvider, Name: cap.Name}] = cap
+		out[providercache.Key{Kind: tg.KindClusterApprovalProvider, Name: cap.Name}] = cap
 	}
 	return out, nil
 }
 
 // waitMode tells how a call awaiting a decision waits, by the rule the ToolCall controller follows
-// (providers.Registry.Asynchronous): asynchronously when its provider object delivers notifications
+// (providercache.Registry.Asynchronous): asynchronously when its provider object delivers notifications
 // for the instance its request lives in, else with a long poll.
-func waitMode(tc *tg.ToolCall, provs map[providers.Key]tg.GenericProvider) string {
-	k, err := providers.Accepted(tc)
-	if err != nil || k == providers.Flags {
+func waitMode(tc *tg.ToolCall, provs map[providercache.Key]tg.GenericProvider) string {
+	k, err := providercache.Accepted(tc)
+	if err != nil || k == providercache.Flags {
 		return modeSync
 	}
-	if obj, ok := provs[k]; ok && providers.DeliversTo(obj, lifecycle.ReadRecord(tc).Instance) {
+	if obj, ok := provs[k]; ok && providercache.DeliversTo(obj, lifecycle.ReadRecord(tc).Instance) {
 		return modeAsync
 	}
 	return modeSync

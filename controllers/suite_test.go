@@ -11,8 +11,8 @@ import (
 // day-2 metrics over the calls and provider objects of every controller (monitoring_test.go:
 // provider requests by provider object, the gauges computed from the cache at each scrape), and the
 // kept REST mappings (restmapper_test.go). Each
-// controller's scenarios are beside it, in controllers/toolcall, controllers/tool,
-// controllers/approvalprovider and controllers/mcpserver. Fuzz targets and -list need no cluster:
+// controller's scenarios are beside it, in controllers/toolcalls, controllers/tools,
+// controllers/approvalproviders and controllers/mcpservers. Fuzz targets and -list need no cluster:
 // th.Main starts none for them, and env is nil.
 var env *th.Env
 

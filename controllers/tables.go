@@ -2,11 +2,11 @@ package controllers
 
 import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/approvalprovider"
+	"toolgate.dev/toolgate/controllers/approvalproviders"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
-	"toolgate.dev/toolgate/controllers/mcpserver"
-	"toolgate.dev/toolgate/controllers/tool"
+	"toolgate.dev/toolgate/controllers/mcpservers"
+	"toolgate.dev/toolgate/controllers/tools"
 )
 
 // Outcomes is the outcome table: every phase the controller records, with its reason and how its
@@ -22,8 +22,8 @@ func Events() []lifecycle.EventRow { return lifecycle.EventRows() }
 // check gives, and the type of the event that reports Ready changing to it (with it as reason).
 // docs/gitops.md has a row for each.
 func Readiness() []readiness.Row {
-	rows := tool.Readiness()
-	rows = append(rows, approvalprovider.Readiness(tg.KindApprovalProvider)...)
-	rows = append(rows, approvalprovider.Readiness(tg.KindClusterApprovalProvider)...)
-	return append(rows, mcpserver.Readiness()...)
+	rows := tools.Readiness()
+	rows = append(rows, approvalproviders.Readiness(tg.KindApprovalProvider)...)
+	rows = append(rows, approvalproviders.Readiness(tg.KindClusterApprovalProvider)...)
+	return append(rows, mcpservers.Readiness()...)
 }

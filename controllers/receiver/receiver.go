@@ -24,7 +24,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/lifecycle"
 	"toolgate.dev/toolgate/controllers/internal/mergepatch"
-	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 	"toolgate.dev/toolgate/internal/provider"
 )
@@ -61,7 +61,7 @@ type Receiver struct {
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Log       logr.Logger
-	Providers *providers.Registry
+	Providers *providercache.Registry
 	// HandOver queues a call to read its request, and leaves the record of its notification to
 	// that read's status write (the ToolCall controller's HandOver).
 	HandOver func(*tg.ToolCall, tg.Notification) (written <-chan struct{}, release func())
@@ -169,7 +169,7 @@ func (rc *Receiver) handle(ctx context.Context, w http.ResponseWriter, req *http
 // verify answers a verification message: only for a registration a provider object proposed, for the
 // instance it proposed it for, signed with its secret.
 func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	claims, err := providers.By(ctx, rc.Cache, providers.RegistrationField, m.RegistrationID)
+	claims, err := providercache.By(ctx, rc.Cache, providercache.RegistrationField, m.RegistrationID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
@@ -200,14 +200,14 @@ func (rc *Receiver) verify(ctx context.Context, m aapwebhook.Message, body []byt
 // notify records a notification on the ToolCall whose request it names. A notification for a call
 // that ended, or for a request no call has, is acknowledged and dropped: nothing waits for it.
 func (rc *Receiver) notify(ctx context.Context, m aapwebhook.Message, body []byte, h http.Header) answer {
-	claims, err := providers.By(ctx, rc.Cache, providers.InstanceField, m.InstanceID)
+	claims, err := providercache.By(ctx, rc.Cache, providercache.InstanceField, m.InstanceID)
 	if err != nil {
 		return answer{status: http.StatusServiceUnavailable, outcome: "unavailable", err: err}
 	}
 	if len(claims) == 0 {
 		return answer{status: http.StatusUnauthorized, outcome: "unauthenticated", err: fmt.Errorf("no registration of instance %s", m.InstanceID)}
 	}
-	var k providers.Key
+	var k providercache.Key
 	var verr error = fmt.Errorf("%w: no registration of instance %s verifies it", aapwebhook.ErrUnauthenticated, m.InstanceID)
 	for _, c := range claims {
 		for _, reg := range rc.registrationsOf(c.Obj, m.InstanceID) {
@@ -272,7 +272,7 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 		out = append(out, a)
 	}
 	if p := d.Previous; p != nil && p.InstanceID == instance {
-		replacedRecently := d.Active != nil && d.Active.Since != nil && rc.Clock.Since(d.Active.Since.Time) <= providers.PreviousGrace
+		replacedRecently := d.Active != nil && d.Active.Since != nil && rc.Clock.Since(d.Active.Since.Time) <= providercache.PreviousGrace
 		if replacedRecently || (d.Active != nil && d.Active.InstanceID != instance) {
 			out = append(out, p)
 		}
@@ -281,7 +281,7 @@ func (rc *Receiver) registrationsOf(obj tg.GenericProvider, instance string) []*
 }
 
 // check verifies message m with the signing secret of registration reg.
-func (rc *Receiver) check(ctx context.Context, k providers.Key, obj tg.GenericProvider, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
+func (rc *Receiver) check(ctx context.Context, k providercache.Key, obj tg.GenericProvider, reg *tg.WebhookRegistration, m aapwebhook.Message, body []byte, h http.Header) error {
 	name := types.NamespacedName{Namespace: rc.Providers.NamespaceOf(k), Name: reg.SecretName}
 	now := rc.Clock.Now()
 	known, ok, reread := rc.secrets.get(name, now)
@@ -292,7 +292,7 @@ func (rc *Receiver) check(ctx context.Context, k providers.Key, obj tg.GenericPr
 			return err
 		}
 	}
-	secret, err := rc.Providers.SecretValue(ctx, k, obj.GetUID(), name, providers.SigningSecretKey)
+	secret, err := rc.Providers.SecretValue(ctx, k, obj.GetUID(), name, providercache.SigningSecretKey)
 	if err != nil {
 		return fmt.Errorf("%w: the signing secret of registration %s: %v", errUnavailable, reg.RegistrationID, err)
 	}
@@ -327,7 +327,7 @@ func outcomeOf(err error) string {
 // instance of provider k. One whose request id the status does not show yet (the notification came
 // before the status write of its submission) is found through the request itself: its context names
 // the ToolCall.
-func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Message) (*tg.ToolCall, error) {
+func (rc *Receiver) callOf(ctx context.Context, k providercache.Key, m aapwebhook.Message) (*tg.ToolCall, error) {
 	calls := &tg.ToolCallList{}
 	if err := rc.Cache.List(ctx, calls, client.MatchingFields{RequestIDField: m.RequestID}); err != nil {
 		return nil, err
@@ -376,8 +376,8 @@ func (rc *Receiver) callOf(ctx context.Context, k providers.Key, m aapwebhook.Me
 }
 
 // submittedTo reports whether tc's request was submitted to instance of provider k.
-func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providers.Key, instance string) bool {
-	got, err := providers.Accepted(tc)
+func (rc *Receiver) submittedTo(tc *tg.ToolCall, k providercache.Key, instance string) bool {
+	got, err := providercache.Accepted(tc)
 	return err == nil && got == k && lifecycle.ReadRecord(tc).Instance == instance
 }
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/internal/providers"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/internal/aapwebhook"
 )
 
@@ -30,7 +30,7 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 	const first, second = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_HxwdHhobGBkWFxQVEhMQEQ4PDA0KCwgJBgcEBQIDAAE="
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team-signing", Labels: map[string]string{tg.LabelProvider: "team"}},
-		Data: map[string][]byte{providers.SigningSecretKey: []byte(first)}}
+		Data: map[string][]byte{providercache.SigningSecretKey: []byte(first)}}
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -43,9 +43,9 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 		},
 	})
 	clock := clocktesting.NewFakePassiveClock(now)
-	rc := &Receiver{Clock: clock, Providers: providers.New(nil, live, nil, "", nil)}
+	rc := &Receiver{Clock: clock, Providers: providercache.New(nil, live, nil, "", nil)}
 	obj := &tg.ApprovalProvider{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team", UID: "6a1f0c2e"}}
-	k := providers.Key{Kind: tg.KindApprovalProvider, Namespace: "team", Name: "team"}
+	k := providercache.Key{Kind: tg.KindApprovalProvider, Namespace: "team", Name: "team"}
 	reg := &tg.WebhookRegistration{RegistrationID: uuid.NewString(), SecretName: "team-signing"}
 	check := func(signedWith string) error {
 		t.Helper()
@@ -87,7 +87,7 @@ func TestReceiverReadsASigningSecretOnce(t *testing.T) {
 	} {
 		clock.SetTime(clock.Now().Add(step.later))
 		if step.secret != "" {
-			secret.Data[providers.SigningSecretKey] = []byte(step.secret)
+			secret.Data[providercache.SigningSecretKey] = []byte(step.secret)
 			if err := live.Update(context.Background(), secret); err != nil {
 				t.Fatal(err)
 			}

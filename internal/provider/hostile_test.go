@@ -306,7 +306,7 @@ func TestHostileResponses(t *testing.T) {
 
 // An approval whose expires_at is in the past (or a pending request whose deadline has passed) is
 // well formed: the client returns it exactly as the provider sent it, and the controller judges it
-// with its own clock. startJob (controllers/toolcall/job.go) creates no Job unless
+// with its own clock. startJob (controllers/toolcalls/job.go) creates no Job unless
 // Timing.ApprovalUsable(now, expires_at), i.e. now < expires_at - skewMargin, and ends the ToolCall
 // Expired (ApprovalExpired); awaitDecision stops polling at Timing.PollUntil(deadline_at) and
 // cancels. Both are covered by controllers's timing tests.

@@ -114,7 +114,7 @@ func modeArgs(mode string) []string {
 	return args
 }
 
-// baselineOverlay builds the requeue-polling baseline: the manager with controllers/toolcall/waiter/waiter.go replaced
+// baselineOverlay builds the requeue-polling baseline: the manager with controllers/toolcalls/waiter/waiter.go replaced
 // by testdata/requeuepoll/waiter.go (go build -overlay), so that the product carries no second waiter.
 const baselineOverlay = "-overlay=test/bench/testdata/requeuepoll/overlay.json"
 
@@ -1025,6 +1025,6 @@ func TestBaselineBuildsWithItsOwnWaiter(t *testing.T) {
 	for _, s := range syms {
 		names = append(names, s.Name)
 	}
-	g.Expect(names).To(ContainElement("toolgate.dev/toolgate/controllers/toolcall/waiter.(*Waiter).Latest"))
-	g.Expect(names).NotTo(ContainElement(HavePrefix("toolgate.dev/toolgate/controllers/toolcall/waiter.(*poller)")), "the long-poll waiter was replaced")
+	g.Expect(names).To(ContainElement("toolgate.dev/toolgate/controllers/toolcalls/waiter.(*Waiter).Latest"))
+	g.Expect(names).NotTo(ContainElement(HavePrefix("toolgate.dev/toolgate/controllers/toolcalls/waiter.(*poller)")), "the long-poll waiter was replaced")
 }

@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/toolcalls/waiter"
 	"toolgate.dev/toolgate/internal/provider"
-	"toolgate.dev/toolgate/controllers/toolcall/waiter"
 )
 
 // waiterServerEnv names the file the long-poll server writes its URL and certificate into; set, the

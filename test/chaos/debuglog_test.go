@@ -107,7 +107,7 @@ func createLog(t *testing.T, name string) (*os.File, error) {
 // startManager starts a manager process, logging at debug level when the run keeps its logs.
 func startManager(h *th.Harness, flags ...string) *th.Process {
 	// The manager's own namespace, as in the Deployment (the chart passes its release namespace): the
-	// gone cursor's Lease lives there (controllers/toolcall/gonereplay.go). Without it the manager
+	// gone cursor's Lease lives there (controllers/toolcalls/gonereplay.go). Without it the manager
 	// looked for toolgate-system, which the control plane lacks: no position was ever saved, and a
 	// removal despite the finalizer between a kill and the next start was never replayed.
 	flags = append([]string{"--cluster-resource-namespace", h.NS}, flags...)

@@ -188,7 +188,7 @@ func registeredMetrics(t *testing.T) []metricnames.Metric {
 // docs/gitops.md points at the Argo CD health checks of config/argocd, and at the Component that
 // installs them, rather than copying the scripts: no code block of the docs holds one. What the
 // checks decide is tested where they are run with Argo CD's Lua interpreter (test/argohealth, over
-// their test cases; controllers/toolcall, over every row of the outcome table;
+// their test cases; controllers/toolcalls, over every row of the outcome table;
 // controllers/internal/readiness, over every reason of Ready).
 func TestArgoCDHealthChecksArePointedAtNotCopied(t *testing.T) {
 	g := NewWithT(t)
@@ -249,7 +249,7 @@ func TestGitOpsTableGivesEveryReadyReason(t *testing.T) {
 }
 
 // The Flux Kustomization in docs/gitops.md waits with plain kstatus (no healthCheckExprs), and the
-// kstatus table there gives every phase the status kstatus computes for it (controllers/toolcall/status_test.go
+// kstatus table there gives every phase the status kstatus computes for it (controllers/toolcalls/status_test.go
 // computes it with kstatus itself).
 func TestFluxSectionSaysWhatKstatusReports(t *testing.T) {
 	g := NewWithT(t)

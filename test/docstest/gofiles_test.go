@@ -30,13 +30,13 @@ import (
 // theirs). A name may carry a line, as in "cmd/mcp-call/main.go:10" (also ":10-12" and ":10,12").
 //
 // How a name resolves:
-//   - A name with a slash (controllers/toolcall/job.go, toolcall/job.go, ../../cmd/mcp-call/main.go)
+//   - A name with a slash (controllers/toolcalls/job.go, toolcalls/job.go, ../../cmd/mcp-call/main.go)
 //     exists relative to the repository root, relative to the directory of the file that names it,
-//     or as the end of a repository path after a slash (toolcall/job.go is controllers/toolcall/job.go).
+//     or as the end of a repository path after a slash (toolcalls/job.go is controllers/toolcalls/job.go).
 //     The module path (toolgate.dev/toolgate/) is dropped first.
 //   - A bare name (job.go) in a Go comment exists in that file's own directory (its package), or
 //     somewhere under a directory that the same paragraph of the comment names as a path (an item of
-//     the map of controllers/doc.go names controllers/toolcall, then its files by name). A paragraph
+//     the map of controllers/doc.go names controllers/toolcalls, then its files by name). A paragraph
 //     ends at a blank comment line, at the start of a list item ("- ") and where the comment ends.
 //   - A bare name in a Markdown page exists somewhere in the repository.
 //   - A line, if given, is within the file.
@@ -378,23 +378,23 @@ func TestGoFileNamesAreFoundAndResolved(t *testing.T) {
 		}
 	}
 
-	files := goFiles{"controllers/doc.go": 40, "controllers/toolcall/job.go": 300, "cmd/mcp-call/main.go": 80, "internal/mcpcall/call.go": 100}
+	files := goFiles{"controllers/doc.go": 40, "controllers/toolcalls/job.go": 300, "cmd/mcp-call/main.go": 80, "internal/mcpcall/call.go": 100}
 	for _, c := range []struct {
 		name     string
 		ref      goFileRef
 		wantFail string
 	}{
-		{"a path from the root", newRef("x", "test/docstest", "controllers/toolcall/job.go", ""), ""},
-		{"the end of a path", newRef("x", "test/docstest", "toolcall/job.go", "299"), ""},
+		{"a path from the root", newRef("x", "test/docstest", "controllers/toolcalls/job.go", ""), ""},
+		{"the end of a path", newRef("x", "test/docstest", "toolcalls/job.go", "299"), ""},
 		{"a path from the naming file", newRef("x", "test/docstest", "../../cmd/mcp-call/main.go", ""), ""},
 		{"the module's import path", newRef("x", "cmd/mcp-call", "toolgate.dev/toolgate/internal/mcpcall/call.go", ""), ""},
 		{"a path that is no file", newRef("x", "test/docstest", "controllers/job.go", ""), "no such file"},
 		{"half a directory name", newRef("x", "test/docstest", "call/job.go", ""), "no such file"},
 		{"a line past the end", newRef("x", "test/docstest", "controllers/doc.go", "41"), "controllers/doc.go has fewer than 41 lines"},
-		{"a bare name in its package", newRef("x", "controllers/toolcall", "job.go", ""), ""},
+		{"a bare name in its package", newRef("x", "controllers/toolcalls", "job.go", ""), ""},
 		{"a bare name of another package", newRef("x", "controllers", "job.go", ""), "not in controllers"},
-		{"a bare name under a directory the comment names", withDirs(newRef("x", "controllers", "job.go", ""), "controllers/toolcall"), ""},
-		{"a bare name not under the directory the comment names", withDirs(newRef("x", "controllers", "call.go", ""), "controllers/toolcall"), "not in controllers nor under controllers/toolcall"},
+		{"a bare name under a directory the comment names", withDirs(newRef("x", "controllers", "job.go", ""), "controllers/toolcalls"), ""},
+		{"a bare name not under the directory the comment names", withDirs(newRef("x", "controllers", "call.go", ""), "controllers/toolcalls"), "not in controllers nor under controllers/toolcalls"},
 		{"a bare name in a page", inMarkdown(newRef("x", "docs", "call.go", "")), ""},
 		{"a bare name in a page that is no file", inMarkdown(newRef("x", "docs", "calls.go", "")), "no file of that name in the repository"},
 	} {

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
-	"toolgate.dev/toolgate/controllers/toolcall"
+	"toolgate.dev/toolgate/controllers/toolcalls"
 )
 
 // echoTool is the sample Tool running the suite's echo tool (test/e2e/echotool), with env of its own
@@ -120,7 +120,7 @@ func TestOnlyTheManagerMakesExecutionRecords(t *testing.T) {
 	spec.Containers[0].Image, spec.Containers[0].ImagePullPolicy = "localhost/toolgate/echo-tool:dev", corev1.PullNever
 	spec.Containers[0].Env = []corev1.EnvVar{{Name: "TOOL_ARGUMENTS", Value: `{"refund":"forged"}`}}
 	forged := func(labels map[string]string) *batchv1.Job {
-		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: toolcall.JobName(tc), Labels: labels},
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: toolcalls.JobName(tc), Labels: labels},
 			Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: *spec.DeepCopy()}}}
 	}
 	g.Expect(jane.Create(ctx, forged(map[string]string{tg.LabelToolCallUID: string(tc.UID)}))).To(MatchError(And(

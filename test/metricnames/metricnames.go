@@ -18,9 +18,9 @@ import (
 var Sources = []string{
 	"controllers/clientmetrics.go",
 	"controllers/statemetrics.go",
-	"controllers/toolcall/metrics.go",
+	"controllers/toolcalls/metrics.go",
 	"controllers/receiver/receiver.go",
-	"controllers/toolcall/waiter/waiter.go",
+	"controllers/toolcalls/waiter/waiter.go",
 	"internal/mcpgateway/metrics.go",
 }
 

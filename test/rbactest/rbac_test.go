@@ -61,7 +61,7 @@ import (
 // "verb resource.group[/subresource]" ("verb resource" for the core group) or "verb /path" for a
 // non-resource URL.
 var allowedPermissions = map[string]map[string]string{
-	// Generated from the +kubebuilder:rbac markers in controllers/toolcall/controller.go and the other controllers.
+	// Generated from the +kubebuilder:rbac markers in controllers/toolcalls/controller.go and the other controllers.
 	"manager-role": {
 		"get toolcalls.toolgate.dev":   "reads the ToolCall it reconciles",
 		"list toolcalls.toolgate.dev":  "caches ToolCalls (the reconcile source)",

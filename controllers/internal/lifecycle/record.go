@@ -20,7 +20,7 @@ import (
 // record on a ToolCall, ReadRecord takes one off it.
 //
 // Whoever may create a ToolCall may write annotations too: a record read back is only what the
-// annotations say, and the acceptance check (controllers/toolcall/acceptance.go) decides whether
+// annotations say, and the acceptance check (controllers/toolcalls/acceptance.go) decides whether
 // the manager could have written it.
 type Record struct {
 	// ExecutionTimeout is the Tool's executionTimeout at acceptance.

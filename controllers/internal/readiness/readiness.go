@@ -4,7 +4,7 @@
 // be used is an *Error (error.go), which carries that progress, the reason and the message; Writer
 // (write.go) is the one status write of those kinds: it sets the three conditions from the Error, or
 // Usable, patches the status once against the resourceVersion read, and reports a change of Ready as
-// one event. ToolCalls derive theirs from their phase (controllers/toolcall).
+// one event. ToolCalls derive theirs from their phase (controllers/toolcalls).
 package readiness
 
 import (

@@ -1,4 +1,4 @@
-// This file replaces controllers/toolcall/waiter/waiter.go in the benchmarks' baseline (see overlay.json and
+// This file replaces controllers/toolcalls/waiter/waiter.go in the benchmarks' baseline (see overlay.json and
 // managerBinary in bench_test.go): the manager with the design most Kubernetes approval controllers
 // use instead of Toolgate's long polls. Each reconcile of a pending ToolCall reads its request once
 // without waiting, and the ToolCall is reconciled again after the interval, which the baseline reads

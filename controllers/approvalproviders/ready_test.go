@@ -1,0 +1,24 @@
+package approvalproviders_test
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// Two replicas that check a new ApprovalProvider at once both find no Ready condition (its
+// credential's Secret is missing). The one whose status patch is written first reports the change;
+// the other's patch, made from the older copy, is refused with a Conflict, and it reports nothing:
+// the change of Ready is one event.
+func TestReadyChangeIsReportedOnceWhenTwoReplicasRace(t *testing.T) {
+	h := th.New(t, env, th.WithoutManager())
+	race := h.RaceStatus(&tg.ApprovalProvider{}, types.NamespacedName{Namespace: h.NS, Name: "raced"})
+	h.Start()
+	ap := h.ApprovalProvider("raced", h.URL, "missing")
+	race.ExpectReportedOnce(ap, func() []metav1.Condition { return ap.Status.Conditions }, h.NS, tg.ReasonCredentialUnavailable, corev1.EventTypeWarning)
+}
