@@ -58,11 +58,10 @@ func (r *Reconciler) accept(ctx context.Context, sc *scope) (*acceptedCall, *lif
 		Tool:             lifecycle.VersionOf(tool),
 		Provider:         pk.Ref(),
 		Instance:         r.Providers.InstanceOf(ctx, pk),
-		Rule:             adm.verdict.Rule,
 		RuleApproved:     adm.verdict.Action == tg.ActionApprove,
 	}
-	if !rec.RuleApproved {
-		rec.Rule = ""
+	if rec.RuleApproved {
+		rec.Rule = adm.verdict.Rule
 	}
 	base := tc.DeepCopy()
 	controllerutil.AddFinalizer(tc, tg.Finalizer)
@@ -194,10 +193,10 @@ func (r *Reconciler) checkAcceptance(ctx context.Context, sc *scope) (*acceptedC
 // (its spec.providerRef, or the first default that is not being deleted), or a default being deleted
 // ahead of it, which still serves the calls it has (Registry.StillServes).
 func (r *Reconciler) acceptedProviderOf(ctx context.Context, tc *tg.ToolCall, rec lifecycle.Record, tool *tg.Tool) (*lifecycle.Status, error) {
-	if err := rec.Problem(tg.AnnotationProvider); err != nil {
+	k, err := providercache.Recorded(tc, rec)
+	if err != nil {
 		return notAccepted(err.Error()), nil
 	}
-	k := providercache.KeyOf(tc.Namespace, rec.Provider)
 	ok, cur, err := r.Providers.StillServes(ctx, tool, k)
 	if err != nil || ok {
 		return nil, err

@@ -94,10 +94,11 @@ const providerRecheck = 5 * time.Second
 // (waiting true), and ends it ApprovalUnavailable once its approval limit passed that way.
 func (r *Reconciler) awaitProvider(ctx context.Context, sc *scope, w lifecycle.Window) (res ctrl.Result, waiting bool, err error) {
 	rec := sc.rec()
-	if err := rec.Problem(tg.AnnotationProvider); err != nil {
+	k, err := providercache.Recorded(sc.tc, rec)
+	if err != nil {
 		return ctrl.Result{}, true, err
 	}
-	c, current, err := r.Providers.Client(ctx, providercache.KeyOf(sc.tc.Namespace, rec.Provider), true, rec.Instance)
+	c, current, err := r.Providers.Client(ctx, k, true, rec.Instance)
 	u, notReady := readiness.ErrorOf(err)
 	if err != nil && !notReady {
 		return ctrl.Result{}, true, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/internal/provider"
@@ -56,10 +55,11 @@ func (p callProvider) raw(ctx context.Context, op string) (provider.Client, erro
 		return p.sc.client, nil
 	}
 	rec := p.sc.rec()
-	if err := rec.Problem(tg.AnnotationProvider); err != nil {
+	k, err := providercache.Recorded(p.sc.tc, rec)
+	if err != nil {
 		return nil, &provider.Error{Op: op, Code: provider.CodeInvalidRequest, Detail: err.Error()}
 	}
-	c, _, err := p.providers.Client(ctx, providercache.KeyOf(p.sc.tc.Namespace, rec.Provider), false, rec.Instance)
+	c, _, err := p.providers.Client(ctx, k, false, rec.Instance)
 	if u, ok := readiness.ErrorOf(err); ok {
 		return nil, &provider.Error{Op: op, Code: provider.CodeUnavailable, Retryable: true, Detail: u.Message}
 	}

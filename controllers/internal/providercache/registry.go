@@ -68,23 +68,20 @@ func (k Key) Ref() lifecycle.ProviderRef {
 
 // Accepted is the provider the acceptance record fixed (a record without one names the manager's
 // flags), or the record's problem with it.
-func Accepted(tc *tg.ToolCall) (Key, error) {
-	r := lifecycle.ReadRecord(tc)
-	if err := r.Problem(tg.AnnotationProvider); err != nil {
+func Accepted(tc *tg.ToolCall) (Key, error) { return Recorded(tc, lifecycle.ReadRecord(tc)) }
+
+// Recorded is the provider that rec, the acceptance record of tc, fixed, or rec's problem with it.
+func Recorded(tc *tg.ToolCall, rec lifecycle.Record) (Key, error) {
+	if err := rec.Problem(tg.AnnotationProvider); err != nil {
 		return Flags, err
 	}
-	return KeyOf(tc.Namespace, r.Provider), nil
-}
-
-// KeyOf is the key of the provider ref names for a call in namespace.
-func KeyOf(namespace string, ref lifecycle.ProviderRef) Key {
-	switch ref.Kind {
+	switch ref := rec.Provider; ref.Kind {
 	case tg.KindApprovalProvider:
-		return Key{Kind: ref.Kind, Namespace: namespace, Name: ref.Name}
+		return Key{Kind: ref.Kind, Namespace: tc.Namespace, Name: ref.Name}, nil
 	case tg.KindClusterApprovalProvider:
-		return Key{Kind: ref.Kind, Name: ref.Name}
+		return Key{Kind: ref.Kind, Name: ref.Name}, nil
 	}
-	return Flags
+	return Flags, nil
 }
 
 // Registry holds the approvals providers calls use: the manager's own (flags) and one client, with its
