@@ -73,6 +73,16 @@ func getTool(g Gomega, h *th.Harness, name string) *tg.Tool {
 	return t
 }
 
+// waitToolReady waits until the Tool name (one an MCPServer generated) is Ready: its schema compiled.
+func waitToolReady(h *th.Harness, name string, because ...any) {
+	h.T.Helper()
+	h.G.Eventually(func(g Gomega) metav1.ConditionStatus {
+		c := meta.FindStatusCondition(getTool(g, h, name).Status.Conditions, tg.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		return c.Status
+	}).Should(Equal(metav1.ConditionTrue), because...)
+}
+
 // Discovery: the exposed tools of the reference server become Tools owned by the MCPServer, with the
 // server's schema, annotations and description, a Job that runs mcp-call for that tool, and the
 // header from the consenting Secret by reference; a Tool the tool controller finds Ready. Taking a
@@ -125,11 +135,7 @@ func TestMCPServerDiscoversTheExposedTools(t *testing.T) {
 	g.Expect(env[mcpclient.EnvHeaderName(0)].Value).To(Equal("Authorization"))
 	g.Expect(env[mcpclient.EnvHeaderValue(0)].Value).To(BeEmpty(), "the header's value stays in its Secret")
 	g.Expect(env[mcpclient.EnvHeaderValue(0)].ValueFrom.SecretKeyRef.Name).To(Equal("everything-token"))
-	g.Eventually(func(g Gomega) metav1.ConditionStatus {
-		c := meta.FindStatusCondition(getTool(g, h, "everything--echo").Status.Conditions, tg.ConditionReady)
-		g.Expect(c).NotTo(BeNil())
-		return c.Status
-	}).Should(Equal(metav1.ConditionTrue), "the server's inputSchema compiles as the Tool's argumentsSchema")
+	waitToolReady(h, "everything--echo", "the server's inputSchema compiles as the Tool's argumentsSchema")
 
 	// Narrowing spec.tools deletes the Tools of the tools no longer exposed; echo's Tool is not
 	// written again (its generation holds, so calls waiting on it are not withdrawn).
@@ -226,11 +232,7 @@ func TestMCPServerToolCallRunsTheToolOnce(t *testing.T) {
 	everything := mcpeverything.Start(t)
 	mcpServer(h, everything.URL, []string{"echo"})
 	g.Eventually(func(g Gomega) []string { return generatedTools(g, h, "everything") }).Should(Equal([]string{"everything--echo"}))
-	g.Eventually(func(g Gomega) metav1.ConditionStatus {
-		c := meta.FindStatusCondition(getTool(g, h, "everything--echo").Status.Conditions, tg.ConditionReady)
-		g.Expect(c).NotTo(BeNil())
-		return c.Status
-	}).Should(Equal(metav1.ConditionTrue))
+	waitToolReady(h, "everything--echo")
 
 	// The server's schema is the Tool's: a call without the message is rejected before anyone is asked.
 	h.ToolCall("no-message", "everything__echo", `{}`, 2*time.Minute, nil)
@@ -325,11 +327,7 @@ func TestMCPServerCallLostAfterSendingMayHaveRun(t *testing.T) {
 	g := h.G
 	everything := mcpeverything.Start(t)
 	mcpServer(h, everything.URL, []string{"echo"})
-	g.Eventually(func(g Gomega) metav1.ConditionStatus {
-		c := meta.FindStatusCondition(getTool(g, h, "everything--echo").Status.Conditions, tg.ConditionReady)
-		g.Expect(c).NotTo(BeNil())
-		return c.Status
-	}).Should(Equal(metav1.ConditionTrue))
+	waitToolReady(h, "everything--echo")
 
 	for _, c := range []struct {
 		name   string

@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -61,11 +60,7 @@ func TestMCPExecutorKilledAfterSendingMayHaveRun(t *testing.T) {
 	g := h.G
 	everything := mcpeverything.Start(t)
 	mcpServer(h, everything.URL, []string{"echo"})
-	g.Eventually(func(g Gomega) metav1.ConditionStatus {
-		c := meta.FindStatusCondition(getTool(g, h, "everything--echo").Status.Conditions, tg.ConditionReady)
-		g.Expect(c).NotTo(BeNil())
-		return c.Status
-	}).Should(Equal(metav1.ConditionTrue))
+	waitToolReady(h, "everything--echo")
 
 	notCalled := "The call to echo could not be sent to the MCP server: connection refused. " + mcpcall.NotCalled
 	for _, c := range []struct {
