@@ -103,21 +103,15 @@ var keyRetry = wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt
 // yet (the namespace missing, Secrets refused) is tried again, with its error in the log, and Jobs
 // are not created meanwhile.
 func (k *ExecutionKey) Start(ctx context.Context) error {
-	backoff := keyRetry
-	for {
-		_, err := k.load(ctx)
-		if err == nil {
-			return nil
+	// The wait ends when the key is made or the manager stops; either way the manager goes on.
+	_ = wait.ExponentialBackoffWithContext(ctx, keyRetry, func(ctx context.Context) (bool, error) {
+		if _, err := k.load(ctx); err != nil {
+			logf.FromContext(ctx).Error(err, "the execution key cannot be made yet; approved calls wait for it", "namespace", k.Namespace)
+			return false, nil
 		}
-		logf.FromContext(ctx).Error(err, "the execution key cannot be made yet; approved calls wait for it", "namespace", k.Namespace)
-		t := time.NewTimer(backoff.Step())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+		return true, nil
+	})
+	return nil
 }
 
 // proof is the MAC of one Job of one ToolCall, started by decision (the Job's decision annotation).
