@@ -11,8 +11,10 @@
 # Prints the assets directory on its last line (suitable for KUBEBUILDER_ASSETS).
 set -euo pipefail
 
-KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"     # k8s.io/kubernetes
-STAGING_VERSION="${STAGING_VERSION:-v0.37.2}" # matching k8s.io/* staging modules
+# The supported versions are the three newest upstream minors, 1.35 to 1.37 (docs/kubernetes-versions.md);
+# KUBE_VERSION=v1.35.4 builds the oldest.
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"                      # k8s.io/kubernetes
+STAGING_VERSION="${STAGING_VERSION:-v0.${KUBE_VERSION#v1.}}" # matching k8s.io/* staging modules
 ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"        # the etcd k8s.io/kubernetes itself pins
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -62,8 +64,9 @@ build_kube() { # $@: commands under k8s.io/kubernetes/cmd to build
   for c in "$@"; do
     log "building ${c} ${KUBE_VERSION} (several minutes on 2 cores)"
     local start=${SECONDS}
-    (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/${c}.tmp" "k8s.io/kubernetes/cmd/${c}")
+    (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${version_ldflags}" -o "${out}/${c}.tmp" "k8s.io/kubernetes/cmd/${c}")
     mv "${out}/${c}.tmp" "${out}/${c}"
+    echo "${KUBE_VERSION}" > "${out}/.${c}.version"
     log "built ${c} in $((SECONDS - start))s"
   done
 }
@@ -95,11 +98,22 @@ GOMOD
   mv "${out}/etcd.tmp" "${out}/etcd"
 }
 
+# The version each component reports (kube-apiserver's /version, what Helm's kubeVersion checks and
+# kubectl version print), as Kubernetes' own release build stamps it; without it a build from the
+# module proxy says v0.0.0-master. A component built before this stamp is linked again (the compiled
+# packages come from Go's build cache).
+minor="$(echo "${KUBE_VERSION}" | sed 's/^v1\.\([0-9]*\)\..*/\1/')"
+version_ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  version_ldflags+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean"
+done
+built() { [[ -x "${out}/${1}" && "$(cat "${out}/.${1}.version" 2>/dev/null)" == "${KUBE_VERSION}" ]]; }
+
 want=()
-[[ -x "${out}/kube-apiserver" ]] || want+=(kube-apiserver)
-${with_kcm} && { [[ -x "${out}/kube-controller-manager" ]] || want+=(kube-controller-manager); }
+built kube-apiserver || want+=(kube-apiserver)
+${with_kcm} && { built kube-controller-manager || want+=(kube-controller-manager); }
 if ${with_node}; then
-  for c in kube-scheduler kubelet kube-proxy; do [[ -x "${out}/${c}" ]] || want+=("${c}"); done
+  for c in kube-scheduler kubelet kube-proxy; do built "${c}" || want+=("${c}"); done
 fi
 if ((${#want[@]})); then build_kube "${want[@]}"; fi
 [[ -x "${out}/etcd" ]] || build_etcd

@@ -203,6 +203,16 @@ func templateOf(u *unstructured.Unstructured) (string, error) {
 		return "", fmt.Errorf("the manifest holds {{, which Helm would read as a template")
 	}
 	text = strings.ReplaceAll(text, manifestNamespace, "{{ .Release.Namespace }}")
+	if kind == "MutatingAdmissionPolicy" || kind == "MutatingAdmissionPolicyBinding" {
+		// The version of MutatingAdmissionPolicy the cluster serves: v1 from Kubernetes 1.36, v1beta1 on
+		// 1.35 where the cluster turned it on (toolgate.mutatingAdmissionAPIVersion refuses the install
+		// when it serves neither).
+		line := "apiVersion: admissionregistration.k8s.io/v1\n"
+		if !strings.HasPrefix(text, line) {
+			return "", fmt.Errorf("the apiVersion is not admissionregistration.k8s.io/v1 where the chart expects it")
+		}
+		text = "apiVersion: {{ include \"toolgate.mutatingAdmissionAPIVersion\" . }}\n" + strings.TrimPrefix(text, line)
+	}
 	line := "    " + labelsMarker + ": x\n"
 	if strings.Count(text, line) != 1 {
 		return "", fmt.Errorf("the labels are not where the chart expects them")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -82,7 +83,7 @@ func renderChart(t *testing.T, root, namespace string, values map[string]any) ([
 		values = map[string]any{}
 	}
 	renderValues, err := chartutil.ToRenderValues(chrt, values,
-		common.ReleaseOptions{Name: "toolgate", Namespace: namespace, IsInstall: true}, common.DefaultCapabilities)
+		common.ReleaseOptions{Name: "toolgate", Namespace: namespace, IsInstall: true}, newestKubernetes())
 	if err != nil {
 		return nil, err
 	}
@@ -153,4 +154,18 @@ func repoRoot(t *testing.T) string {
 	root, err := testenv.RepoRoot()
 	gomega.NewWithT(t).Expect(err).NotTo(gomega.HaveOccurred())
 	return root
+}
+
+// newestKubernetes is what Helm learns from a cluster of the newest supported Kubernetes version, which
+// serves MutatingAdmissionPolicy v1 (Helm's defaults, for a client-only render, name an old version).
+func newestKubernetes() *common.Capabilities {
+	caps := common.DefaultCapabilities.Copy()
+	kv, err := common.ParseKubeVersion(fmt.Sprintf("v1.%d.0", testenv.NewestKubernetesMinor))
+	if err != nil {
+		panic(err)
+	}
+	caps.KubeVersion = *kv
+	caps.APIVersions = append(slices.Clone(caps.APIVersions),
+		"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding")
+	return caps
 }

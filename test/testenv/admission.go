@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,10 +90,16 @@ func InstallAdmission(cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	version, err := mutatingAdmissionPolicyVersion(c)
+	if err != nil {
+		return err
+	}
 	for _, obj := range objs {
+		if strings.HasPrefix(obj.GetKind(), "MutatingAdmissionPolicy") {
+			obj.SetAPIVersion("admissionregistration.k8s.io/" + version) // as the chart chooses
+		}
 		if err := c.Create(ctx, obj); err != nil {
-			return fmt.Errorf("installing %s %s from %s (MutatingAdmissionPolicy needs Kubernetes 1.36 or later, admissionregistration.k8s.io/v1): %w",
-				obj.GetKind(), obj.GetName(), AdmissionDir, err)
+			return fmt.Errorf("installing %s %s from %s: %w", obj.GetKind(), obj.GetName(), AdmissionDir, err)
 		}
 	}
 
@@ -229,4 +236,16 @@ func probeToolCall() *unstructured.Unstructured {
 		},
 	}}
 	return tc
+}
+
+// mutatingAdmissionPolicyVersion is the newest version of admissionregistration.k8s.io that serves
+// MutatingAdmissionPolicy: v1 from Kubernetes 1.36, v1beta1 on 1.35 where it is turned on.
+func mutatingAdmissionPolicyVersion(c client.Client) (string, error) {
+	gk := schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicy"}
+	for _, v := range []string{"v1", "v1beta1"} {
+		if _, err := c.RESTMapper().RESTMapping(gk, v); err == nil {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("the apiserver serves MutatingAdmissionPolicy neither as admissionregistration.k8s.io/v1 (Kubernetes 1.36 and later) nor as v1beta1 (1.35, turned on by --runtime-config and --feature-gates)")
 }

@@ -14,8 +14,9 @@ import (
 // Start starts the control plane and installs the CRDs and the admission policies of config/admission
 // (who may call which tool, who asked, spec never changes), as a cluster that runs Toolgate has them. envtest's
 // kube-apiserver runs the default admission plugins (envtest only disables ServiceAccount), among them
-// ValidatingAdmissionPolicy and MutatingAdmissionPolicy, both GA and on by default since 1.36;
-// InstallAdmission fails, naming the API, when admissionregistration.k8s.io/v1 does not serve them.
+// ValidatingAdmissionPolicy and MutatingAdmissionPolicy, both GA and on by default since 1.36; on
+// 1.35 Start turns MutatingAdmissionPolicy's v1beta1 API on, as a cluster that runs Toolgate there
+// must (KUBEBUILDER_ASSETS, or KUBE_VERSION for hack/build-envtest-assets.sh, chooses the version).
 // Each configure function may change the environment (e.g. etcd's or the apiserver's flags) before
 // it starts.
 func Start(configure ...func(*envtest.Environment)) (*envtest.Environment, error) {
@@ -27,12 +28,13 @@ func Start(configure ...func(*envtest.Environment)) (*envtest.Environment, error
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		matches, _ := filepath.Glob(filepath.Join(CacheDir(), "k8s", "*", "kube-apiserver"))
-		if len(matches) == 0 {
-			return nil, fmt.Errorf("no kube-apiserver: set KUBEBUILDER_ASSETS or run hack/build-envtest-assets.sh (make test does)")
-		}
-		env.BinaryAssetsDirectory = filepath.Dir(matches[len(matches)-1])
+	dir, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	env.BinaryAssetsDirectory = dir
+	if err := mutatingAdmissionPolicy(env, dir, true); err != nil {
+		return nil, err
 	}
 	for _, c := range configure {
 		c(env)
