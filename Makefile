@@ -116,7 +116,7 @@ dev: ## Run Toolgate end to end on a local single-node cluster (hack/cluster.sh)
 	bash hack/dev.sh
 
 .PHONY: test-e2e
-test-e2e: ## Start the local cluster, install Toolgate (dist/install.yaml through config/dev), run the e2e suite (test/e2e) through real Pods, stop the cluster. Needs root.
+test-e2e: ## Start the local cluster, install Toolgate (the chart dist/chart with config/dev/values.yaml, and the reference provider of config/dev), run the e2e suite (test/e2e) through real Pods, stop the cluster. Needs root.
 	@bash hack/test-e2e.sh $(GO_TEST_FLAGS)
 
 .PHONY: cluster-up

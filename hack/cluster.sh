@@ -4,8 +4,9 @@
 #
 #   hack/cluster.sh up       # build what is missing, start the cluster, build and import the images
 #   hack/cluster.sh images   # rebuild the images from this checkout (and import them when it runs)
-#   hack/cluster.sh install  # install Toolgate (config/dev: dist/install.yaml + the reference provider
-#                            # + the manager's AAP webhook receiver, with a certificate issued here)
+#   hack/cluster.sh install  # install Toolgate (the chart dist/chart with config/dev/values.yaml, the
+#                            # reference provider of config/dev, the manager's AAP webhook receiver with
+#                            # a certificate issued here)
 #   hack/cluster.sh down     # stop everything the cluster started and remove its state
 #   hack/cluster.sh kubeconfig  # print the admin kubeconfig's path
 #
@@ -264,7 +265,7 @@ cmd_install() {
   fi
   kubectl apply -f config/dev/cluster_approval_provider.yaml >&2
   kubectl wait --for=condition=Ready clusterapprovalprovider/default --timeout=120s >&2
-  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (admin credential in ${cred}); the ClusterApprovalProvider default provisioned its instance there; the manager's AAP webhook receiver is ${RECEIVER_URL} (CA in ${state}/receiver/ca.crt)"
+  say "Toolgate installed; the reference provider answers on ${PROVIDER_URL} (admin credential in ${admin}, instance credential in ${cred}); the ClusterApprovalProvider default provisioned its instance there; the manager's AAP webhook receiver is ${RECEIVER_URL} (CA in ${state}/receiver/ca.crt)"
 }
 
 case "${1:-}" in

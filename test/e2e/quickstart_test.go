@@ -16,6 +16,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -27,8 +30,10 @@ import (
 //
 // A block runs unless the comment line before it says what the test does instead:
 // "quick-start test: skip (why)" or "quick-start test: fails with "text"" (the block must fail, and
-// say text). Two things differ from a user's cluster, and only these: the images are the ones
-// hack/cluster.sh loaded (IMAGE_PREFIX=localhost/toolgate/, TAG=dev: step 1 pushes the same), and the
+// say text). Three things differ from a user's cluster, and only these: the images are the ones
+// hack/cluster.sh loaded (IMAGE_PREFIX=localhost/toolgate/, TAG=dev, no pull Secret: step 1 pushes the
+// same, or loads them as on kind), the reference provider's volume is one the test made beforehand
+// (the local cluster has no StorageClass, kind and cloud clusters provision it), and the
 // local cluster has no DNS, so the reference provider's Service name in a command is given its
 // address, as a resolver would.
 func TestQuickStart(t *testing.T) {
@@ -51,8 +56,9 @@ func TestQuickStart(t *testing.T) {
 		}
 	})
 	state := filepath.Join(work, ".env")
-	g.Expect(os.WriteFile(state, []byte(fmt.Sprintf("export IMAGE_PREFIX=localhost/toolgate/ TAG=dev PATH=%s:%s\n",
+	g.Expect(os.WriteFile(state, []byte(fmt.Sprintf("export IMAGE_PREFIX=localhost/toolgate/ TAG=dev PULL_SECRET= PULL_SECRETS='[]' PATH=%s:%s\n",
 		filepath.Join(root, "bin"), os.Getenv("PATH"))), 0o600)).To(Succeed())
+	providerVolume(t)
 	const providerHost = "toolgate-reference-provider.toolgate-system.svc"
 	ran := 0
 	for i, b := range blocks {
@@ -147,4 +153,31 @@ func runBlock(t *testing.T, root, work, state, script string) (string, error) {
 	err := cmd.Run()
 	t.Logf("$ %s%s", script, out.String())
 	return out.String(), err
+}
+
+// providerVolume makes the volume the quick start's PersistentVolumeClaim for the reference provider
+// binds to, as a StorageClass would provision it on kind or a cloud cluster: a directory of the node
+// the provider's user may write, bound to that claim only. The test removes it at its end.
+func providerVolume(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
+	dir := filepath.Join(clusterDir, "quick-start-provider-data")
+	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	g.Expect(os.Chown(dir, 65532, 65532)).To(Succeed())
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "quick-start-provider-data"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: systemNamespace, Name: "toolgate-reference-provider-data"},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
+				Path: dir, Type: ptr.To(corev1.HostPathDirectory)}},
+		},
+	}
+	g.Expect(k8s.Create(context.Background(), pv)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), pv)
+		_ = os.RemoveAll(dir)
+	})
 }
