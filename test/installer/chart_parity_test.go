@@ -245,6 +245,7 @@ mcpGateway:
 	t.Run("NOTES says the gateway serves plain HTTP and how to turn TLS on", func(t *testing.T) {
 		g := NewWithT(t)
 		plain := notes(t, gatewayOn)
+		g.Expect(plain).To(ContainSubstring("docs/approval-providers.md).\n\nThe MCP gateway serves"), "a paragraph of its own")
 		g.Expect(plain).To(ContainSubstring("http://toolgate-mcp." + release + ".svc:8090/mcp"))
 		g.Expect(plain).To(ContainSubstring("It serves plain HTTP"))
 		g.Expect(plain).To(ContainSubstring("in the clear"))
