@@ -64,6 +64,16 @@ const keepMarker = "TOOLGATE_KEEP_CRD"
 // labelsMarker is the label written where the template puts the chart's labels.
 const labelsMarker = "TOOLGATE_LABELS"
 
+// managerServiceAccount is the manager's ServiceAccount in the manifest. The chart names it
+// serviceAccount.name (toolgate.serviceAccountName): its ServiceAccount, the subjects that bind it and
+// the admission policies that recognise the manager follow, and serviceAccount.create decides whether
+// the chart makes it. No other object of the generated kinds has that name.
+const managerServiceAccount = "toolgate-controller-manager"
+
+// managerServiceAccountRef matches the manager's ServiceAccount's name where it is a whole name (not
+// a prefix, as in toolgate-controller-manager-metrics-service).
+var managerServiceAccountRef = regexp.MustCompile(regexp.QuoteMeta(managerServiceAccount) + `([^-a-z0-9.]|$)`)
+
 func main() {
 	manifest := flag.String("manifest", "dist/install.yaml", "the release manifest")
 	out := flag.String("out", "dist/chart/templates", "the chart's templates directory")
@@ -137,6 +147,17 @@ func generate(data []byte) (map[string][]byte, error) {
 			return nil, fmt.Errorf("%s %s: %w", kind, u.GetName(), err)
 		}
 		b := bodies[files[i].name]
+		if kind == "ServiceAccount" && u.GetName() == managerServiceAccount {
+			// Made only when serviceAccount.create, with its annotations and automountServiceAccountToken.
+			if u.GetAnnotations() != nil {
+				return nil, fmt.Errorf("ServiceAccount %s: the manifest annotates it, where the chart puts serviceAccount.annotations", managerServiceAccount)
+			}
+			b.WriteString("{{- if .Values.serviceAccount.create }}\n---\n")
+			text = strings.Replace(text, "metadata:\n", "metadata:\n  {{- with .Values.serviceAccount.annotations }}\n  annotations:\n    {{- toYaml . | nindent 4 }}\n  {{- end }}\n", 1)
+			b.WriteString(text)
+			b.WriteString("{{- if not .Values.serviceAccount.automountServiceAccountToken }}\nautomountServiceAccountToken: false\n{{- end }}\n{{- end }}\n")
+			continue
+		}
 		b.WriteString("---\n")
 		b.WriteString(text)
 	}
@@ -213,6 +234,7 @@ func templateOf(u *unstructured.Unstructured) (string, error) {
 		}
 		text = "apiVersion: {{ include \"toolgate.mutatingAdmissionAPIVersion\" . }}\n" + strings.TrimPrefix(text, line)
 	}
+	text = managerServiceAccountRef.ReplaceAllString(text, `{{ include "toolgate.serviceAccountName" . }}$1`)
 	line := "    " + labelsMarker + ": x\n"
 	if strings.Count(text, line) != 1 {
 		return "", fmt.Errorf("the labels are not where the chart expects them")

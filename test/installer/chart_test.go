@@ -343,7 +343,7 @@ finishedToolCallTTL: 720h`)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(cm.Data["toolgate.json"]).To(MatchJSON(dashboard))
 
-		sm := render(t, `metrics: {serviceMonitor: {enabled: true}}`)["ServiceMonitor "+release+"/toolgate-controller-manager"]
+		sm := render(t, `metrics: {serviceMonitor: {enabled: true, tlsConfig: {insecureSkipVerify: true}}}`)["ServiceMonitor "+release+"/toolgate-controller-manager"]
 		endpoints := sm["spec"].(map[string]any)["endpoints"].([]any)
 		g.Expect(endpoints[0]).To(HaveKeyWithValue("honorLabels", true), "the series' namespace label is the ToolCall's")
 	})

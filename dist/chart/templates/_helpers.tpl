@@ -5,6 +5,65 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- include "toolgate.commonLabels" . }}
+{{- end -}}
+
+{{/* global.commonLabels and commonLabels (which wins), on every object and Pod of the release. */}}
+{{- define "toolgate.commonLabels" -}}
+{{- $labels := merge (dict) (.Values.commonLabels | default dict) ((.Values.global).commonLabels | default dict) }}
+{{- with $labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The ServiceAccount the manager runs as: serviceAccount.name, or toolgate-controller-manager. */}}
+{{- define "toolgate.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "toolgate-controller-manager" -}}
+{{- end -}}
+
+{{/* The ServiceAccount the MCP gateway runs as: mcpGateway.serviceAccount.name, or toolgate-mcp. */}}
+{{- define "toolgate.gatewayServiceAccountName" -}}
+{{- .Values.mcpGateway.serviceAccount.name | default "toolgate-mcp" -}}
+{{- end -}}
+
+{{/* A ServiceAccount of the release, when its values (.sa) create it. */}}
+{{- define "toolgate.serviceAccount" -}}
+{{- if .sa.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "toolgate.labels" .root | nindent 4 }}
+    {{- with .extraLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .sa.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- if not .sa.automountServiceAccountToken }}
+automountServiceAccountToken: false
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The pull Secrets of every Pod: global.imagePullSecrets, then imagePullSecrets. */}}
+{{- define "toolgate.imagePullSecrets" -}}
+{{- with concat ((.Values.global).imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget's minAvailable or maxUnavailable (.pdb), minAvailable 1 when neither is set. */}}
+{{- define "toolgate.disruptionBudget" -}}
+{{- if hasKey .pdb "maxUnavailable" -}}
+maxUnavailable: {{ .pdb.maxUnavailable | toJson }}
+{{- else -}}
+minAvailable: {{ hasKey .pdb "minAvailable" | ternary .pdb.minAvailable 1 | toJson }}
+{{- end }}
 {{- end -}}
 
 {{/* The labels that select the manager's Pods. */}}
@@ -31,20 +90,12 @@ app.kubernetes.io/component: mcp-gateway
 {{- .Values.mcpGateway.namespace | default .Release.Namespace -}}
 {{- end -}}
 
-{{/* The Pod security context of every Pod of the release: the restricted Pod Security Standard. */}}
-{{- define "toolgate.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{/* The kubernetes.io/tls Secret the MCP gateway serves: mcpGateway.tls.secretName, toolgate-mcp-tls
+when cert-manager makes it; "": plain HTTP. */}}
+{{- define "toolgate.gatewayTLSSecret" -}}
+{{- if .Values.mcpGateway.tls.certManager.enabled -}}
+{{- .Values.mcpGateway.tls.secretName | default "toolgate-mcp-tls" -}}
+{{- else -}}
+{{- .Values.mcpGateway.tls.secretName -}}
 {{- end -}}
-
-{{- define "toolgate.containerSecurityContext" -}}
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-capabilities:
-  drop:
-  - ALL
 {{- end -}}
