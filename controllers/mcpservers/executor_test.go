@@ -103,7 +103,9 @@ func TestMCPExecutorSettingsReachTheJob(t *testing.T) {
 	everything := mcpeverything.Start(t)
 	srv := mcpServer(h, everything.URL, []string{"echo", "get-sum"}, func(s *tg.MCPServer) { s.Spec.ExecutorImage = "" })
 	waitToolReady(h, "everything--echo")
-	podOf := func(g Gomega, tool string) corev1.PodSpec { return getTool(g, h, tool).Spec.JobTemplate.Spec.Template.Spec }
+	podOf := func(g Gomega, tool string) corev1.PodSpec {
+		return getTool(g, h, tool).Spec.JobTemplate.Spec.Template.Spec
+	}
 	pod := podOf(g, "everything--echo")
 	g.Expect(pod.Containers[0].Image).To(Equal(managerDefault), "the manager's default image")
 	g.Expect(quantities(pod.Containers[0].Resources.Requests)).To(Equal(map[string]string{"cpu": "10m", "memory": "32Mi"}), "the default requests")
