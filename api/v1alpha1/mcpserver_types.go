@@ -28,8 +28,8 @@ const (
 )
 
 // MCPServerSpec is a streamable HTTP MCP server whose tools become Tools of this namespace, and what
-// those Tools carry. Whoever may write MCPServers decides which tools agents may ask to run and the
-// image that runs them, as whoever may write Tools does.
+// those Tools carry. Whoever may write MCPServers decides which tools agents may ask to run, the
+// image that runs them and where its Pods run, as whoever may write Tools does.
 // +kubebuilder:validation:XValidation:rule="self.url.startsWith('https://') || (self.url.startsWith('http://') && has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true, for a development server"
 // +kubebuilder:validation:XValidation:rule="!(has(self.caBundle) && has(self.caBundleRef))",message="set at most one of spec.caBundle or spec.caBundleRef"
 // +kubebuilder:validation:XValidation:rule="!(has(self.executorImage) && has(self.executor) && has(self.executor.image))",message="set the image in spec.executor.image only: spec.executorImage is deprecated, remove it"
