@@ -99,7 +99,6 @@ func TestMCPExecutorSettingsReachTheJob(t *testing.T) {
 	const managerDefault = "registry.example.com/toolgate/mcp-call:v9.9.9"
 	h := th.New(t, env, func(h *th.Harness) { h.Opts.MCP.ExecutorImage = managerDefault })
 	g := h.G
-	ctx := context.Background()
 	everything := mcpeverything.Start(t)
 	srv := mcpServer(h, everything.URL, []string{"echo", "get-sum"}, func(s *tg.MCPServer) { s.Spec.ExecutorImage = "" })
 	waitToolReady(h, "everything--echo")
@@ -117,9 +116,7 @@ func TestMCPExecutorSettingsReachTheJob(t *testing.T) {
 	g.Expect(pod.PriorityClassName).To(BeEmpty())
 
 	// The deprecated field names the image when spec.executor.image does not.
-	g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), srv)).To(Succeed())
-	srv.Spec.ExecutorImage = "mcp-call:deprecated-field"
-	g.Expect(h.K8s.Update(ctx, srv)).To(Succeed())
+	editServer(h, srv, func(s *tg.MCPServer) { s.Spec.ExecutorImage = "mcp-call:deprecated-field" })
 	g.Eventually(func(g Gomega) string { return podOf(g, "everything--echo").Containers[0].Image }).Should(Equal("mcp-call:deprecated-field"))
 
 	executor := tg.MCPExecutor{
@@ -136,9 +133,7 @@ func TestMCPExecutorSettingsReachTheJob(t *testing.T) {
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 				{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}}}}}}}},
 	}
-	g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), srv)).To(Succeed())
-	srv.Spec.ExecutorImage, srv.Spec.Executor = "", executor
-	g.Expect(h.K8s.Update(ctx, srv)).To(Succeed())
+	editServer(h, srv, func(s *tg.MCPServer) { s.Spec.ExecutorImage, s.Spec.Executor = "", executor })
 	expectExecutor := func(g Gomega, pod corev1.PodSpec) {
 		g.Expect(pod.Containers).To(HaveLen(1))
 		g.Expect(pod.Containers[0].Image).To(Equal(executor.Image))
@@ -188,14 +183,10 @@ func TestMCPExecutorWithoutAnImageStalls(t *testing.T) {
 	g.Eventually(message).Should(And(ContainSubstring("spec.executor.image is not set"), ContainSubstring("--mcp-executor-image")))
 	g.Expect(generatedTools(g, h, "everything")).To(BeEmpty())
 
-	g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), srv)).To(Succeed())
-	srv.Spec.Executor.Image = "Not An Image"
-	g.Expect(h.K8s.Update(ctx, srv)).To(Succeed())
+	editServer(h, srv, func(s *tg.MCPServer) { s.Spec.Executor.Image = "Not An Image" })
 	g.Eventually(message).Should(ContainSubstring(`spec.executor.image "Not An Image" is not an image reference`))
 
-	g.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), srv)).To(Succeed())
-	srv.Spec.Executor.Image = "mcp-call:own"
-	g.Expect(h.K8s.Update(ctx, srv)).To(Succeed())
+	editServer(h, srv, func(s *tg.MCPServer) { s.Spec.Executor.Image = "mcp-call:own" })
 	waitToolReady(h, "everything--echo")
 	g.Expect(getTool(g, h, "everything--echo").Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image).To(Equal("mcp-call:own"))
 }
@@ -207,4 +198,15 @@ func quantities(l corev1.ResourceList) map[string]string {
 		out[string(name)] = q.String()
 	}
 	return out
+}
+
+// editServer changes the MCPServer's spec with a merge patch, which the manager's status writes do
+// not conflict with.
+func editServer(h *th.Harness, srv *tg.MCPServer, edit func(*tg.MCPServer)) {
+	h.T.Helper()
+	ctx := context.Background()
+	h.G.Expect(h.K8s.Get(ctx, client.ObjectKeyFromObject(srv), srv)).To(Succeed())
+	base := srv.DeepCopy()
+	edit(srv)
+	h.G.Expect(h.K8s.Patch(ctx, srv, client.MergeFrom(base))).To(Succeed())
 }
