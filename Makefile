@@ -4,6 +4,9 @@
 IMAGE_PREFIX ?=
 TAG ?= latest
 IMG ?= $(IMAGE_PREFIX)toolgate:$(TAG)
+# The mcp-call image that deploy and build-installer give the manager (--mcp-executor-image): the
+# image of the calls of MCPServers that name none.
+MCP_CALL_IMG ?= $(IMAGE_PREFIX)mcp-call:$(TAG)
 
 # The Kubernetes version envtest and the local cluster run (hack/build-envtest-assets.sh builds it):
 # the newest supported by default. Toolgate supports the three newest upstream minors
@@ -182,7 +185,8 @@ deploy: deploy-overlay ## Deploy the controller (config/default, image IMG) to t
 undeploy: deploy-overlay ## Remove the controller from the cluster. Call with ignore-not-found=true to ignore resource not found errors.
 	$(KUBECTL) kustomize "$(DEPLOY_OVERLAY)" | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
 
-# deploy-overlay writes a kustomization (git-ignored, under bin/) that points config/default at $(IMG).
+# deploy-overlay writes a kustomization (git-ignored, under bin/) that points config/default at $(IMG),
+# the manager's default mcp-call image at $(MCP_CALL_IMG).
 .PHONY: deploy-overlay
 deploy-overlay: | $(LOCALBIN)
 	@mkdir -p "$(DEPLOY_OVERLAY)"
@@ -196,7 +200,12 @@ deploy-overlay: | $(LOCALBIN)
 	  'images:' \
 	  '- name: controller' \
 	  "  newName: $${name}" \
-	  "  newTag: $${tag}" > "$(DEPLOY_OVERLAY)/kustomization.yaml"
+	  "  newTag: $${tag}" \
+	  'patches:' \
+	  '- target: {kind: Deployment, name: toolgate-controller-manager}' \
+	  '  patch: |-' \
+	  '    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--mcp-executor-image=$(MCP_CALL_IMG)"}' \
+	  > "$(DEPLOY_OVERLAY)/kustomization.yaml"
 
 .PHONY: build-installer
 build-installer: manifests deploy-overlay ## Write dist/install.yaml (config/default with the image IMG, one file to kubectl apply) and the Helm chart's generated templates (CRDs, RBAC, admission policies; hack/chart) from it, with the alerting rules and the dashboard it ships.

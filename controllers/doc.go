@@ -22,7 +22,8 @@
 //     kstatus's conditions), provisions its AAP instance and registers its webhook receiver.
 //   - controllers/mcpservers: the MCPServer controller, which lists each MCP server's tools (the MCP
 //     Go SDK's client, internal/mcpclient) and owns one Tool per tool its spec.tools exposes, whose
-//     Job runs cmd/mcp-call (internal/mcpcall) to call that tool once.
+//     Job runs cmd/mcp-call (internal/mcpcall) to call that tool once, with the image, resources
+//     and scheduling of spec.executor (executor.go).
 //   - controllers/receiver: the AAP webhook receiver, which answers providers' verification messages
 //     and has notifications recorded on the ToolCalls they concern.
 //

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -16,11 +17,22 @@ const LabelMCPServer = "toolgate.dev/mcp-server"
 // spec.refreshInterval is not set.
 const DefaultMCPRefreshInterval = "5m"
 
+// The executor container's resources when spec.executor.resources is not set: mcp-call makes one
+// HTTP call and reads at most 1 MiB of each answer, so that a namespace whose ResourceQuota asks
+// every Pod for requests and limits accepts the calls' Pods without a LimitRange.
+const (
+	DefaultExecutorCPURequest    = "10m"
+	DefaultExecutorMemoryRequest = "32Mi"
+	DefaultExecutorCPULimit      = "500m"
+	DefaultExecutorMemoryLimit   = "128Mi"
+)
+
 // MCPServerSpec is a streamable HTTP MCP server whose tools become Tools of this namespace, and what
-// those Tools carry. Whoever may write MCPServers decides which tools agents may ask to run and the
-// image that runs them, as whoever may write Tools does.
+// those Tools carry. Whoever may write MCPServers decides which tools agents may ask to run, the
+// image that runs them and where its Pods run, as whoever may write Tools does.
 // +kubebuilder:validation:XValidation:rule="self.url.startsWith('https://') || (self.url.startsWith('http://') && has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.url must be an https:// URL; an http:// URL is accepted only with spec.allowInsecureHTTP: true, for a development server"
 // +kubebuilder:validation:XValidation:rule="!(has(self.caBundle) && has(self.caBundleRef))",message="set at most one of spec.caBundle or spec.caBundleRef"
+// +kubebuilder:validation:XValidation:rule="!(has(self.executorImage) && has(self.executor) && has(self.executor.image))",message="set the image in spec.executor.image only: spec.executorImage is deprecated, remove it"
 type MCPServerSpec struct {
 	// url is the server's streamable HTTP endpoint, such as https://mcp.example.com/mcp. It must be
 	// https:// unless allowInsecureHTTP is true.
@@ -69,12 +81,19 @@ type MCPServerSpec struct {
 	// +optional
 	ToolTemplate MCPToolTemplate `json:"toolTemplate,omitempty"`
 
-	// executorImage is the image of Toolgate's MCP executor (mcp-call) that each approved call's Job
-	// runs: it calls the one tool once with the approved arguments and writes the tool's result.
+	// executor is how the Jobs of the generated Tools' calls run: the image of Toolgate's MCP
+	// executor (mcp-call), its container's resources, and where its Pods are scheduled. Only this
+	// object's author sets it: nothing the server sends reaches it.
+	// +optional
+	Executor MCPExecutor `json:"executor,omitempty"`
+
+	// executorImage is deprecated: use executor.image, which it means when that is not set (setting
+	// both is refused). The image of Toolgate's MCP executor (mcp-call) that each approved call's Job
+	// runs.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
-	// +required
-	ExecutorImage string `json:"executorImage"`
+	// +optional
+	ExecutorImage string `json:"executorImage,omitempty"`
 
 	// refreshInterval is how often the server's tools are listed again; a tool whose schema changed
 	// changes its Tool, and one that disappeared deletes it. The tools are also listed again as soon
@@ -84,6 +103,69 @@ type MCPServerSpec struct {
 	// +kubebuilder:default="5m"
 	// +optional
 	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
+}
+
+// MCPExecutor is how the Pods of the generated Tools' Jobs run: what a careful author of a Job would
+// set for a small HTTP client, and nothing that changes what it runs or what it may reach.
+type MCPExecutor struct {
+	// image is the image of Toolgate's MCP executor (mcp-call) that each approved call's Job runs: it
+	// calls the one tool once with the approved arguments and writes the tool's result. Default: the
+	// manager's --mcp-executor-image (the chart sets it to the mcp-call image of its release). A
+	// change of the image, the default's included, changes every generated Tool that runs it, which
+	// withdraws the calls waiting on them.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// resources are the requests and limits of the executor container. Not set: requests cpu 10m and
+	// memory 32Mi, limits cpu 500m and memory 128Mi, which a namespace's ResourceQuota accepts
+	// without a LimitRange. Set, they replace those defaults whole ({} sets none, leaving them to the
+	// namespace's LimitRange).
+	// +optional
+	Resources *MCPExecutorResources `json:"resources,omitempty"`
+
+	// imagePullSecrets are Secrets of this namespace for pulling the image, as a Pod's.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// nodeSelector is the Pods' nodeSelector.
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations are the Pods' tolerations.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// affinity is the Pods' affinity.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// priorityClassName is the Pods' PriorityClass.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// MCPExecutorResources are the requests and limits of the executor container: cpu, memory and
+// ephemeral-storage.
+// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",message="spec.executor.resources: each request must be at most its limit (requests.memory <= limits.memory, requests.cpu <= limits.cpu): lower the request or raise the limit"
+type MCPExecutorResources struct {
+	// requests are the resources the scheduler reserves for the container.
+	// +kubebuilder:validation:MaxProperties=3
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="spec.executor.resources.requests names cpu, memory or ephemeral-storage only"
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	// limits are the most the container may use.
+	// +kubebuilder:validation:MaxProperties=3
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="spec.executor.resources.limits names cpu, memory or ephemeral-storage only"
+	// +optional
+	Limits corev1.ResourceList `json:"limits,omitempty"`
 }
 
 // MCPHeader is one request header whose value a consenting Secret holds.

@@ -330,7 +330,9 @@ const (
 	// gets no Tool until the other one is renamed or removed.
 	ReasonToolNameConflict = "ToolNameConflict"
 	// ReasonInvalidMCPServerSpec: the spec holds what the manager cannot use although the apiserver
-	// accepted it, such as an entry of spec.tools that is not a valid glob.
+	// accepted it, such as an entry of spec.tools that is not a valid glob or an executor image that
+	// is not an image reference, or it names no executor image and the manager has no default
+	// (--mcp-executor-image).
 	ReasonInvalidMCPServerSpec = "InvalidMCPServerSpec"
 	// ReasonServerResponseTooLarge: the server's answers to one listing are larger than the manager
 	// reads (its --mcp-max-response-bytes); the Tools generated before are kept as they are.

@@ -100,6 +100,10 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 	if p := badPattern(srv.Spec.Tools); p != "" {
 		return "", readiness.Stalledf(tg.ReasonInvalidMCPServerSpec, "spec.tools: %q is not a valid glob (\"*\", \"?\" and \"[...]\" as Go's path.Match); fix or remove it", p)
 	}
+	exec, err := executorOf(srv, r.Options.ExecutorImage)
+	if cerr, ok := readiness.ErrorOf(err); ok {
+		return "", readiness.Stalledf(cerr.Reason, "%s. The Tools generated before are kept as they are.", cerr.Message)
+	}
 	cfg, conn, err := r.settings(ctx, srv)
 	if cerr, ok := readiness.ErrorOf(err); ok {
 		// The session that listens was opened with these settings: a Secret that no longer
@@ -127,7 +131,7 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 			"Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary)
 	}
 	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg, srv.Generation)
-	entries, conflicts, over, err := r.syncTools(ctx, srv, tools, conn)
+	entries, conflicts, over, err := r.syncTools(ctx, srv, tools, conn, exec)
 	if err != nil {
 		return "", err
 	}
@@ -160,7 +164,7 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 // syncTools creates, updates and deletes the MCPServer's Tools so that each exposed tool has one, as
 // listed now. It returns the status entries, the names of Tools it would make that exist and are
 // not its own, and the first per-tool limit an exposed tool went over (that tool gets no Tool).
-func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*mcp.Tool, conn connection) ([]tg.MCPDiscoveredTool, []string, *mcpclient.LimitError, error) {
+func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*mcp.Tool, conn connection, exec executor) ([]tg.MCPDiscoveredTool, []string, *mcpclient.LimitError, error) {
 	owned := &tg.ToolList{}
 	if err := r.List(ctx, owned, client.InNamespace(srv.Namespace), client.MatchingLabels{tg.LabelMCPServer: srv.Name}); err != nil {
 		return nil, nil, nil, fmt.Errorf("listing the Tools of MCPServer %s: %w", srv.Name, err)
@@ -215,7 +219,7 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 		}
 		e.SchemaHash = SchemaHash(schema)
 		name := objectNames[e.ToolName]
-		want := desiredTool(srv, name, t, desiredSpec(srv, e.ToolName, t, schema, conn))
+		want := desiredTool(srv, name, t, desiredSpec(srv, e.ToolName, t, schema, conn, exec))
 		conflict, err := r.apply(ctx, srv, want, ours[name])
 		if err != nil {
 			return nil, nil, nil, err

@@ -23,6 +23,10 @@ type Options struct {
 	ListingInterval time.Duration
 	// Clock paces those listings (nil: the real clock).
 	Clock clock.Clock
+	// ExecutorImage is the mcp-call image of the Jobs of MCPServers that name none in
+	// spec.executor.image (or the deprecated spec.executorImage); "": none, such an MCPServer is
+	// reported InvalidMCPServerSpec.
+	ExecutorImage string
 }
 
 // DefaultListingInterval is Options.ListingInterval's default.
@@ -99,5 +103,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	count(FlagMaxSchemaBytes, &l.MaxSchemaBytes, "Bytes of one tool's inputSchema (as JSON) that the manager accepts")
 	count(FlagMaxDescriptionBytes, &l.MaxDescriptionBytes, "Bytes of one tool's description (or title) that the manager accepts")
 	count(FlagMaxToolNameBytes, &l.MaxNameBytes, "Bytes of one tool's name that the manager accepts")
+	fs.Func(FlagExecutorImage, "The mcp-call image that the calls' Jobs of an MCPServer without spec.executor.image run, such as registry.example.com/toolgate/mcp-call:v0.1.0 (empty: none; such an MCPServer is reported InvalidMCPServerSpec).", func(s string) error {
+		if s != "" {
+			if err := CheckImage("--"+FlagExecutorImage, s); err != nil {
+				return err
+			}
+		}
+		o.ExecutorImage = s
+		return nil
+	})
 	fs.DurationVar(&o.ListingInterval, FlagListingInterval, o.ListingInterval, "Least time between two listings of one MCPServer that its notifications/tools/list_changed ask for: however many a server sends, at most one listing per interval.")
 }

@@ -147,7 +147,7 @@ func carriedApproval(srv *tg.MCPServer, tool string) (*tg.ApprovalPolicy, []stri
 }
 
 // desiredSpec is the spec of the Tool generated for the server's tool t.
-func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte, conn connection) tg.ToolSpec {
+func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte, conn connection, exec executor) tg.ToolSpec {
 	tt := srv.Spec.ToolTemplate.DeepCopy()
 	approval, _ := carriedApproval(srv, t.Name)
 	timeout := tt.ExecutionTimeout
@@ -157,7 +157,7 @@ func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte,
 	}
 	return tg.ToolSpec{
 		ToolName:         toolName,
-		JobTemplate:      jobTemplate(srv, t.Name, conn),
+		JobTemplate:      jobTemplate(srv, t.Name, conn, exec),
 		ExecutionTimeout: timeout,
 		ArgumentsSchema:  &apiextensionsv1.JSON{Raw: schema},
 		Approval:         approval,
@@ -195,9 +195,10 @@ func description(srv *tg.MCPServer, t *mcp.Tool) string {
 }
 
 // jobTemplate is the Job that calls the server's tool once: Toolgate's executor image, with the
-// server's URL, the tool's name, the CA bundle and the headers in its env. The ToolCall controller
-// adds TOOL_ARGUMENTS (and the other call env) and backoffLimit 0 keeps it from being run twice.
-func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTemplateSpec {
+// server's URL, the tool's name, the CA bundle and the headers in its env, its resources and
+// scheduling from spec.executor (executor.go). The ToolCall controller adds TOOL_ARGUMENTS (and the
+// other call env) and backoffLimit 0 keeps it from being run twice.
+func jobTemplate(srv *tg.MCPServer, tool string, conn connection, exec executor) batchv1.JobTemplateSpec {
 	env := []corev1.EnvVar{
 		{Name: mcpclient.EnvURL, Value: literalEnv(srv.Spec.URL)},
 		{Name: mcpclient.EnvTool, Value: literalEnv(tool)},
@@ -208,7 +209,7 @@ func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTem
 	env = append(env, conn.env...)
 	// No labels: the Tool CRD keeps no metadata of the templates (the Job's Pods carry Toolgate's
 	// own labels, toolgate.dev/tool naming the toolName).
-	return batchv1.JobTemplateSpec{
+	jt := batchv1.JobTemplateSpec{
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{
@@ -222,8 +223,9 @@ func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTem
 					},
 					Containers: []corev1.Container{{
 						Name:                     mcpcall.Container,
-						Image:                    srv.Spec.ExecutorImage,
+						Image:                    exec.image,
 						Env:                      env,
+						Resources:                exec.resources(),
 						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
@@ -235,6 +237,8 @@ func jobTemplate(srv *tg.MCPServer, tool string, conn connection) batchv1.JobTem
 			},
 		},
 	}
+	exec.schedule(&jt.Spec.Template.Spec)
+	return jt
 }
 
 // literalEnv writes v as an env value the container receives unchanged: the kubelet expands $(VAR)

@@ -111,7 +111,7 @@ func TestJobTemplateWritesLiteralEnv(t *testing.T) {
 	srv := &tg.MCPServer{}
 	srv.Name = "s"
 	srv.Spec.URL, srv.Spec.ExecutorImage = "https://mcp.example.com/$(HOME)/mcp", "mcp-call:v1"
-	jt := jobTemplate(srv, "t$$", connection{})
+	jt := jobTemplate(srv, "t$$", connection{}, executor{image: "mcp-call:v1"})
 	env := jt.Spec.Template.Spec.Containers[0].Env
 	if env[0].Value != "https://mcp.example.com/$$(HOME)/mcp" || env[1].Value != "t$$$$" {
 		t.Errorf("env %+v", env)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -44,8 +46,38 @@ func TestMCPServerValidation(t *testing.T) {
 		{name: "a header name with a space", mutate: func(s *tg.MCPServer) {
 			s.Spec.Headers = []tg.MCPHeader{{Name: "X Team", SecretKeyRef: tg.SecretKeyRef{Name: "token"}}}
 		}, field: "spec.headers[0].name", text: "spec.headers[].name must be an HTTP header name"},
-		{name: "no executor image", mutate: func(s *tg.MCPServer) { s.Spec.ExecutorImage = "" },
-			field: "spec.executorImage", text: "should be at least 1 chars long"},
+		{name: "no executor image: the manager's default", mutate: func(s *tg.MCPServer) { s.Spec.ExecutorImage = "" }},
+		{name: "the executor's image, resources and scheduling", mutate: func(s *tg.MCPServer) {
+			s.Spec.ExecutorImage = ""
+			s.Spec.Executor = tg.MCPExecutor{
+				Image: "registry.example.com/toolgate/mcp-call:v0.1.0",
+				Resources: &tg.MCPExecutorResources{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")},
+				},
+				ImagePullSecrets:  []corev1.LocalObjectReference{{Name: "regcred"}},
+				NodeSelector:      map[string]string{"pool": "egress"},
+				Tolerations:       []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
+				PriorityClassName: "agents",
+			}
+		}},
+		{name: "both executor image fields", mutate: func(s *tg.MCPServer) { s.Spec.Executor.Image = "mcp-call:v0.2.0" },
+			field: "spec", text: "set the image in spec.executor.image only: spec.executorImage is deprecated, remove it"},
+		{name: "a request over its limit", mutate: func(s *tg.MCPServer) {
+			s.Spec.Executor.Resources = &tg.MCPExecutorResources{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+			}
+		}, field: "spec.executor.resources", text: "spec.executor.resources: each request must be at most its limit"},
+		{name: "a resource other than cpu, memory and ephemeral-storage", mutate: func(s *tg.MCPServer) {
+			s.Spec.Executor.Resources = &tg.MCPExecutorResources{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}
+		}, field: "spec.executor.resources.limits", text: "spec.executor.resources.limits names cpu, memory or ephemeral-storage only"},
+		{name: "too many tolerations", mutate: func(s *tg.MCPServer) {
+			s.Spec.Executor.Tolerations = make([]corev1.Toleration, 33)
+			for i := range s.Spec.Executor.Tolerations {
+				s.Spec.Executor.Tolerations[i] = corev1.Toleration{Key: fmt.Sprintf("t%d", i), Operator: corev1.TolerationOpExists}
+			}
+		}, field: "spec.executor.tolerations", text: "must have at most 32 items"},
 		{name: "a refresh interval below 1s", mutate: func(s *tg.MCPServer) { s.Spec.RefreshInterval = &metav1.Duration{Duration: time.Millisecond} },
 			field: "spec.refreshInterval", text: "spec.refreshInterval must be a duration of at least 1s"},
 		{name: "a zero execution timeout", mutate: func(s *tg.MCPServer) {

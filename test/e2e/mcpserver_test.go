@@ -94,17 +94,21 @@ func TestMCPServerToolRunsOnceInARealPod(t *testing.T) {
 }
 
 // exposeEcho creates an MCPServer named name for the server at serverURL, exposing its echo tool with
-// the mcp-call image of this checkout, waits until its Tool is Ready and returns the toolName.
-func exposeEcho(t *testing.T, g Gomega, ns, name, serverURL string) string {
+// the mcp-call image of this checkout (unless mutate changes it), waits until its Tool is Ready and
+// returns the toolName.
+func exposeEcho(t *testing.T, g Gomega, ns, name, serverURL string, mutate ...func(*tg.MCPServer)) string {
 	t.Helper()
 	ctx := context.Background()
 	srv := &tg.MCPServer{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: tg.MCPServerSpec{
 			URL: serverURL, AllowInsecureHTTP: true, Tools: []string{"echo"},
-			ExecutorImage: "localhost/toolgate/mcp-call:dev",
-			ToolTemplate:  tg.MCPToolTemplate{ExecutionTimeout: &metav1.Duration{Duration: time.Minute}},
+			Executor:     tg.MCPExecutor{Image: "localhost/toolgate/mcp-call:dev"},
+			ToolTemplate: tg.MCPToolTemplate{ExecutionTimeout: &metav1.Duration{Duration: time.Minute}},
 		},
+	}
+	for _, m := range mutate {
+		m(srv)
 	}
 	g.Expect(k8s.Create(ctx, srv)).To(Succeed())
 	var toolName string

@@ -121,7 +121,8 @@ func TestChartInstallsWhatTheManifestDoes(t *testing.T) {
 	}
 	g.Expect(clusterScoped).To(HaveKey("ValidatingAdmissionPolicy"))
 
-	// The manager: as the manifest's, but for the provider URL (a value here, "" by default).
+	// The manager: as the manifest's, but for the provider URL (a value here, "" by default) and the
+	// tag of the default mcp-call image (the chart's appVersion).
 	r := render(t, `provider: {url: "https://approvals.example.com"}`)
 	var want appsv1.Deployment
 	for _, obj := range manifest {
@@ -142,8 +143,12 @@ func TestChartInstallsWhatTheManifestDoes(t *testing.T) {
 	g.Expect(c.Ports).To(Equal(wc.Ports))
 	g.Expect(c.Resources).To(Equal(wc.Resources))
 	g.Expect(c.Command).To(Equal(wc.Command))
-	g.Expect(c.Args).To(ContainElements(slices.DeleteFunc(slices.Clone(wc.Args), func(a string) bool { return strings.HasPrefix(a, "--provider-url=") })))
+	g.Expect(c.Args).To(ContainElements(slices.DeleteFunc(slices.Clone(wc.Args), func(a string) bool {
+		return strings.HasPrefix(a, "--provider-url=") || strings.HasPrefix(a, "--mcp-executor-image=")
+	})))
 	g.Expect(c.Args).To(ContainElement("--provider-url=https://approvals.example.com"))
+	g.Expect(wc.Args).To(ContainElement("--mcp-executor-image=" + defaultExecutorImage))
+	g.Expect(c.Args).To(ContainElement("--mcp-executor-image=mcp-call:0.1.0"), "the mcp-call image of the chart's appVersion")
 	g.Expect(c.Image).To(Equal("toolgate:0.1.0"), "the tag defaults to the chart's appVersion")
 }
 

@@ -31,11 +31,14 @@ import (
 // defaultImage is the image dist/install.yaml is committed with (the Makefile's default IMG) and the
 // chart's default values.
 const (
-	defaultImage     = "toolgate:latest"
-	defaultNamespace = "toolgate-system"
+	defaultImage = "toolgate:latest"
+	// defaultExecutorImage is the manager's --mcp-executor-image in dist/install.yaml (the Makefile's
+	// default MCP_CALL_IMG).
+	defaultExecutorImage = "mcp-call:latest"
+	defaultNamespace     = "toolgate-system"
 )
 
-// TestInstallYAMLIsUpToDate builds config/default with the default image, as `make build-installer`
+// TestInstallYAMLIsUpToDate builds config/default with the default images, as `make build-installer`
 // does, and requires the committed dist/install.yaml to hold exactly those objects.
 func TestInstallYAMLIsUpToDate(t *testing.T) {
 	g := gomega.NewWithT(t)
@@ -45,7 +48,9 @@ func TestInstallYAMLIsUpToDate(t *testing.T) {
 	rel, err := filepath.Rel(overlay, filepath.Join(root, "config", "default"))
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"+
-		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: latest\n", rel)
+		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: latest\n"+
+		"patches:\n- target: {kind: Deployment, name: toolgate-controller-manager}\n  patch: |-\n"+
+		"    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--mcp-executor-image=%s\"}\n", rel, defaultExecutorImage)
 	g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600)).To(gomega.Succeed())
 
 	built := kustomize(t, overlay)

@@ -85,6 +85,15 @@ app.kubernetes.io/component: mcp-gateway
 {{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
 {{- end -}}
 
+{{/* The mcp-call image of MCPServers that name none: mcpServers.executorImage, its repository
+defaulting to the manager's with mcp-call as its last part, its tag to the manager's, then the
+chart's appVersion. */}}
+{{- define "toolgate.executorImage" -}}
+{{- $e := (.Values.mcpServers | default dict).executorImage | default dict -}}
+{{- $repository := $e.repository | default (printf "%smcp-call" (regexReplaceAll "[^/]*$" .Values.image.repository "")) -}}
+{{- printf "%s:%s" $repository ($e.tag | default .Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
 {{/* The namespace the MCP gateway serves. */}}
 {{- define "toolgate.gatewayNamespace" -}}
 {{- .Values.mcpGateway.namespace | default .Release.Namespace -}}
