@@ -61,14 +61,19 @@ build_kube() { # $@: commands under k8s.io/kubernetes/cmd to build
     echo ")"
   } > "${mod}/tools.go"
   (cd "${mod}" && go mod tidy >&2)
+  # One go build for all of them: their packages compile once, in parallel, and the binaries link
+  # side by side rather than one after another.
+  log "building $* ${KUBE_VERSION} (about 15 minutes on 2 cores from nothing, 1 to 2 per binary when only linking)"
+  local start=${SECONDS} pkgs=() c
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/${c}"); done
+  mkdir -p "${work}/bin"
+  (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${version_ldflags}" -o "${work}/bin/" "${pkgs[@]}")
   for c in "$@"; do
-    log "building ${c} ${KUBE_VERSION} (several minutes on 2 cores)"
-    local start=${SECONDS}
-    (cd "${mod}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${version_ldflags}" -o "${out}/${c}.tmp" "k8s.io/kubernetes/cmd/${c}")
+    mv "${work}/bin/${c}" "${out}/${c}.tmp"
     mv "${out}/${c}.tmp" "${out}/${c}"
     echo "${KUBE_VERSION}" > "${out}/.${c}.version"
-    log "built ${c} in $((SECONDS - start))s"
   done
+  log "built $* in $((SECONDS - start))s"
 }
 
 build_etcd() {
