@@ -3,8 +3,10 @@
 // RBAC and the admission policies, as controller-gen and config/ define them. The chart writes the
 // rest itself (the manager's Deployment and Services, the receiver, the MCP gateway, monitoring),
 // because those are what its values configure. Every object of the manifest is either written here
-// or named in handWritten, so nothing config/ adds is left out unnoticed. With --file it also copies
-// files the chart ships as they are (the alerting rules, the dashboard) into the chart.
+// or named in handWritten, so nothing config/ adds is left out unnoticed. The manager's ClusterRole
+// and its ClusterRoleBinding are rendered only without the value scope.namespaces; with it, as a Role
+// and a RoleBinding in each listed namespace (scope.go). With --file it also copies files the chart
+// ships as they are (the alerting rules, the dashboard) into the chart.
 //
 //	go run ./hack/chart --manifest dist/install.yaml --out dist/chart/templates \
 //	  --file config/prometheus/rules.yaml=dist/chart/files/prometheus-rules.yaml
