@@ -34,6 +34,7 @@ func main() {
 	var (
 		providerURL, credentialFile, caFile, namespaces string
 		providerMaxConns                                int
+		clusterProviders                                bool
 		o                                               controllers.Options
 	)
 	o = controllers.DefaultOptions()
@@ -51,7 +52,8 @@ func main() {
 	flag.DurationVar(&o.FinishedCallTTL, "finished-toolcall-ttl", o.FinishedCallTTL, "How long a finished ToolCall is kept, counted from when it finished, before the manager deletes it (with its Job); a Tool's spec.finishedCallTTL wins over it, and a ToolCall labelled toolgate.dev/keep=true is kept. 0: keep forever; otherwise at least 1m.")
 	flag.IntVar(&providerMaxConns, "provider-max-conns", 0, "Upper bound on connections to the provider (0: none; each pending long poll holds one).")
 	flag.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "Reconcile workers.")
-	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to serve (empty: all).")
+	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to serve (empty: all); the manager's cache lists and watches only there.")
+	flag.BoolVar(&clusterProviders, "cluster-approval-providers", true, "Watch and use ClusterApprovalProviders. false: the manager neither lists nor watches them (no cluster-scoped RBAC for them), a Tool naming one is not Ready and its calls end Rejected (ClusterProvidersOff); the chart sets it with scope.namespaces.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Enable leader election (on in the Deployment).")
 	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "Metrics address; 0 disables.")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the apiserver authorizes (false: plain HTTP).")
@@ -76,6 +78,7 @@ func main() {
 	if namespaces != "" {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
+	o.ClusterProvidersOff = !clusterProviders
 	if providerURL != "" {
 		client, err := provider.NewHTTPClient(provider.Options{
 			BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,
@@ -93,7 +96,7 @@ func main() {
 		log.Error(err, "unable to set up the manager")
 		os.Exit(1)
 	}
-	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait, "namespaces", o.Namespaces, "finishedToolCallTTL", o.FinishedCallTTL)
+	log.Info("starting manager", "provider", providerURL, "pollWait", o.PollWait, "namespaces", o.Namespaces, "clusterApprovalProviders", !o.ClusterProvidersOff, "finishedToolCallTTL", o.FinishedCallTTL)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped with an error")
 		os.Exit(1)

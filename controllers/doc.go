@@ -35,7 +35,8 @@
 //     annotations), how a Tool changed since (toolchange.go) and the request's context object.
 //   - controllers/internal/providercache: which provider object serves a Tool, a client for each
 //     (Registry), the Secrets that consent to serve them, and the indexes of their webhook
-//     registrations.
+//     registrations; clusteroff.go is the manager without ClusterApprovalProviders
+//     (--cluster-approval-providers=false), whose client never reads them.
 //   - controllers/internal/toolcache: what is derived from each Tool generation (compiled rules and
 //     schema).
 //   - controllers/internal/readiness: the Ready, Reconciling and Stalled conditions of Tools,

@@ -20,8 +20,9 @@ import (
 // (providers).
 
 // registerIndexes registers every index with mgr's cache; the request id index only when the
-// receiver runs.
-func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
+// receiver runs, and those of ClusterApprovalProviders only when the manager uses them (an index
+// starts the kind's informer).
+func registerIndexes(mgr ctrl.Manager, receiverOn, clusterProviders bool) error {
 	type index struct {
 		obj   client.Object
 		field string
@@ -33,8 +34,10 @@ func registerIndexes(mgr ctrl.Manager, receiverOn bool) error {
 		{&tg.ToolCall{}, providercache.ToolCallsField, providercache.IndexToolCalls},
 		{&tg.ApprovalProvider{}, providercache.RegistrationField, providercache.IndexByRegistration},
 		{&tg.ApprovalProvider{}, providercache.InstanceField, providercache.IndexByInstance},
-		{&tg.ClusterApprovalProvider{}, providercache.RegistrationField, providercache.IndexByRegistration},
-		{&tg.ClusterApprovalProvider{}, providercache.InstanceField, providercache.IndexByInstance},
+	}
+	if clusterProviders {
+		indexes = append(indexes, index{&tg.ClusterApprovalProvider{}, providercache.RegistrationField, providercache.IndexByRegistration},
+			index{&tg.ClusterApprovalProvider{}, providercache.InstanceField, providercache.IndexByInstance})
 	}
 	if receiverOn {
 		indexes = append(indexes, index{&tg.ToolCall{}, receiver.RequestIDField, receiver.IndexToolCallsByRequestID})

@@ -51,8 +51,13 @@ type Options struct {
 	FinishedCallTTL         time.Duration
 	MaxConcurrentReconciles int
 
-	// Namespaces limits the manager to these namespaces (all when empty).
+	// Namespaces limits the manager to these namespaces (all when empty): its cache lists and watches
+	// only there.
 	Namespaces []string
+	// ClusterProvidersOff: the manager neither watches, lists nor uses ClusterApprovalProviders, so
+	// that a namespace-scoped manager needs no cluster-scoped RBAC for them; a Tool naming one is not
+	// Ready and its calls end Rejected (ClusterProvidersOff).
+	ClusterProvidersOff bool
 
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -212,12 +217,20 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	receiverOn := o.ReceiverBindAddress != "" && o.ReceiverBindAddress != "0"
-	if err := registerIndexes(mgr, receiverOn); err != nil {
+	if err := registerIndexes(mgr, receiverOn, !o.ClusterProvidersOff); err != nil {
 		return err
 	}
-	provs := providercache.New(mgr.GetClient(), mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace, providerOptions)
+	// cl is the client every controller uses: without ClusterApprovalProviders, one that never reads them.
+	cl, kinds := mgr.GetClient(), []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider}
+	if o.ClusterProvidersOff {
+		cl, kinds = providercache.WithoutClusterProviders(cl), kinds[:1]
+	}
+	provs := providercache.New(cl, mgr.GetAPIReader(), o.Provider, o.ClusterResourceNamespace, providerOptions)
+	if o.ClusterProvidersOff {
+		provs.TurnOffClusterProviders()
+	}
 	r := &toolcalls.Reconciler{
-		Client:                  mgr.GetClient(),
+		Client:                  cl,
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("toolgate-controller"),
 		CallTimeout:             o.CallTimeout,
@@ -238,29 +251,34 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)
 	}
-	toolController := &tools.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Tools: derived}
+	toolController := &tools.Reconciler{Client: cl, Recorder: mgr.GetEventRecorder("toolgate-controller"), Tools: derived,
+		ClusterProvidersOff: o.ClusterProvidersOff}
 	if err := toolController.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Tool controller: %w", err)
 	}
-	mc := &mcpservers.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Options: o.MCP}
+	mc := &mcpservers.Reconciler{Client: cl, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("toolgate-controller"), Options: o.MCP}
 	if err := mc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MCPServer controller: %w", err)
 	}
-	for _, kind := range []string{tg.KindApprovalProvider, tg.KindClusterApprovalProvider} {
-		pr := &approvalproviders.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("toolgate-controller"),
+	for _, kind := range kinds {
+		pr := &approvalproviders.Reconciler{Client: cl, Recorder: mgr.GetEventRecorder("toolgate-controller"),
 			Clock: o.Clock, Kind: kind, Providers: provs}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the %s controller: %w", kind, err)
 		}
 	}
 	if receiverOn {
-		rc := &receiver.Receiver{Cache: mgr.GetClient(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+		rc := &receiver.Receiver{Cache: cl, Client: cl, APIReader: mgr.GetAPIReader(), Clock: o.Clock,
 			Log: mgr.GetLogger().WithName("receiver"), Providers: provs, HandOver: r.HandOver}
 		if err := mgr.Add(receiver.NewServer(o.ReceiverBindAddress, o.ReceiverCertDir, rc, rc.Log, mgr.GetCache().WaitForCacheSync)); err != nil {
 			return err
 		}
 	}
-	gauges := &stateMetrics{src: &stateSource{cache: mgr.GetCache(), clock: o.Clock, log: mgr.GetLogger().WithName("metrics")},
+	var cache client.Reader = mgr.GetCache()
+	if o.ClusterProvidersOff {
+		cache = cl
+	}
+	gauges := &stateMetrics{src: &stateSource{cache: cache, clock: o.Clock, log: mgr.GetLogger().WithName("metrics")},
 		sync: mgr.GetCache().WaitForCacheSync}
 	if err := mgr.Add(gauges); err != nil {
 		return err

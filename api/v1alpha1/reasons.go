@@ -283,6 +283,10 @@ const (
 	ReasonAcceptanceRecordInvalid = "AcceptanceRecordInvalid"
 	// ReasonProviderRefused: the provider refused the request before any human saw it (400).
 	ReasonProviderRefused = "ProviderRefused"
+	// ReasonClusterProvidersOff: the Tool's spec.providerRef names a ClusterApprovalProvider, and the
+	// manager is namespace-scoped with ClusterApprovalProviders off (--cluster-approval-providers=false,
+	// the chart's scope.namespaces). The reason of the call's Rejected and of the Tool's Ready False.
+	ReasonClusterProvidersOff = "ClusterProvidersOff"
 )
 
 // Reasons of conditions only.

@@ -48,6 +48,9 @@ func (r *Reconciler) accept(ctx context.Context, sc *scope) (*acceptedCall, *lif
 		}
 		r.Tools.TemplatePassed(tool)
 	}
+	if ref := tool.Spec.ProviderRef; ref != nil && ref.Kind == tg.KindClusterApprovalProvider && r.Providers.ClusterProvidersOff() {
+		return nil, lifecycle.ClusterProviderOff.Status(tool.Name, ref.Name, tool.Namespace), nil
+	}
 	pk, err := r.Providers.Resolve(ctx, tool)
 	if err != nil {
 		return nil, nil, err

@@ -272,7 +272,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.addGoneReplay(mgr, replayed); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&tg.ToolCall{}).
 		WatchesRawSource(r.removalsWatch(mgr.GetCache())).
 		Owns(&batchv1.Job{}).
@@ -294,12 +294,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&tg.ToolCall{}, notifiedFirst()).
 		// A provider object whose delivery registration changed moves its waiting calls between long
 		// polls and notifications.
-		Watches(&tg.ApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindApprovalProvider)), builder.WithPredicates(deliveryChanged())).
-		Watches(&tg.ClusterApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindClusterApprovalProvider)), builder.WithPredicates(deliveryChanged())).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
-			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, 30*time.Second),
-		}).
+		Watches(&tg.ApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindApprovalProvider)), builder.WithPredicates(deliveryChanged()))
+	// A manager without ClusterApprovalProviders (providercache.WithoutClusterProviders) never watches them.
+	if !r.Providers.ClusterProvidersOff() {
+		b = b.Watches(&tg.ClusterApprovalProvider{}, handler.EnqueueRequestsFromMapFunc(waitingCallsOf(mgr.GetClient(), tg.KindClusterApprovalProvider)), builder.WithPredicates(deliveryChanged()))
+	}
+	return b.WithOptions(controller.Options{
+		MaxConcurrentReconciles: r.MaxConcurrentReconciles,
+		RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, 30*time.Second),
+	}).
 		Named("toolcall").
 		Complete(r)
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
 	"toolgate.dev/toolgate/controllers/internal/readiness"
 	"toolgate.dev/toolgate/controllers/internal/toolcache"
 )
@@ -33,6 +34,9 @@ type Reconciler struct {
 
 	// Tools is the per-Tool-generation cache shared with the ToolCall controller.
 	Tools *toolcache.Cache
+	// ClusterProvidersOff: the manager uses no ClusterApprovalProvider (--cluster-approval-providers=false),
+	// so a Tool whose spec.providerRef names one cannot accept calls.
+	ClusterProvidersOff bool
 	// uids remembers each Tool's UID by name, so that a deleted Tool can be forgotten.
 	uids sync.Map
 }
@@ -58,6 +62,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	rules := rulesCondition(tool, r.Tools)
 	meta.SetStatusCondition(&tool.Status.Conditions, rules)
 	message, problem := ready(tool, rules, r.Tools)
+	if ref := tool.Spec.ProviderRef; problem == nil && r.ClusterProvidersOff && ref != nil && ref.Kind == tg.KindClusterApprovalProvider {
+		problem = readiness.Stalledf(tg.ReasonClusterProvidersOff, "%s. Calls to this Tool end Rejected (%s) until an admin changes it.",
+			providercache.ClusterProvidersOffMessage(ref.Name), tg.ReasonClusterProvidersOff)
+	}
 	tool.Status.ObservedGeneration = tool.Generation
 	res, err := w.Write(ctx, r.Client, r.Recorder, problem, tg.ReasonSpecCompiled, message)
 	if err != nil {
@@ -72,6 +80,7 @@ func Readiness() []readiness.Row {
 		{Kind: "Tool", Reason: tg.ReasonSpecCompiled, Progress: readiness.Usable},
 		{Kind: "Tool", Reason: tg.ReasonInvalidApprovalRules, Progress: readiness.Stalled},
 		{Kind: "Tool", Reason: tg.ReasonInvalidArgumentsSchema, Progress: readiness.Stalled},
+		{Kind: "Tool", Reason: tg.ReasonClusterProvidersOff, Progress: readiness.Stalled},
 	}
 }
 

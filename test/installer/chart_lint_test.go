@@ -38,6 +38,7 @@ mcpServers: {executorImage: {repository: registry.example.com/toolgate/mcp-call,
 metrics:
   serviceMonitor: {enabled: true}
   certificate: {secretName: toolgate-metrics-tls}
+scope: {namespaces: [agents, payments]}
 mcpGateway:
   enabled: true
   namespace: agents

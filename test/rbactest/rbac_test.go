@@ -138,6 +138,14 @@ var allowedPermissions = map[string]map[string]string{
 		"create events":                     "records the election",
 		"patch events":                      "records repeated election Events",
 	},
+	// The manager's own namespace, whatever namespaces it serves (with the chart's scope.namespaces,
+	// the manager-role's rules are Roles in those namespaces only).
+	"manager-namespace-role": {
+		"get secrets named toolgate-execution-key": "reads the execution key (controllers/toolcalls/execproof.go)",
+		"create secrets":              "creates the execution key at the first start (RBAC cannot limit a create to a name)",
+		"create events.events.k8s.io": "records an untrusted position of withdrawn removals on the Lease toolgate-gone-cursor",
+		"patch events.events.k8s.io":  "records repeated Events",
+	},
 	"metrics-auth-role": {
 		"create tokenreviews.authentication.k8s.io":        "authenticates callers of the metrics endpoint",
 		"create subjectaccessreviews.authorization.k8s.io": "authorizes callers of the metrics endpoint",

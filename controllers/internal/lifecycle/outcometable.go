@@ -160,6 +160,9 @@ const (
 	ToolChangedBeforeSubmission
 	// ProviderRefused: the provider refused the request with invalid_request (its error).
 	ProviderRefused
+	// ClusterProviderOff: the Tool names a ClusterApprovalProvider, which the manager does not use
+	// (the Tool, the provider's name, the namespace).
+	ClusterProviderOff
 
 	outcomes // the number of outcomes
 )
@@ -245,6 +248,9 @@ var table = [outcomes]Row{
 	ToolChangedBeforeSubmission: {tg.PhaseRejected, tg.ReasonToolChanged, "The call could not be put to a human: %s; an approval would cover the accepted version only. " +
 		"Create the ToolCall again to run it with the Tool as it is now.", DidNotRun},
 	ProviderRefused: {tg.PhaseRejected, tg.ReasonProviderRefused, "The approvals provider refused the request before any human saw it (%s).", DidNotRun},
+	ClusterProviderOff: {tg.PhaseRejected, tg.ReasonClusterProvidersOff, "Tool %s: its spec.providerRef names ClusterApprovalProvider %s, but this manager serves only " +
+		"its namespaces and uses no ClusterApprovalProvider (--cluster-approval-providers=false, the chart's scope.namespaces); an admin must name an " +
+		"ApprovalProvider of namespace %s in the Tool's spec.providerRef. No human was asked.", DidNotRun},
 }
 
 // Row returns the outcome's data.

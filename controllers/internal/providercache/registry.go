@@ -94,6 +94,8 @@ type Registry struct {
 	flags provider.Client
 	// clusterNamespace holds the Secrets and ConfigMaps ClusterApprovalProviders name.
 	clusterNamespace string
+	// clusterOff: ClusterApprovalProviders are not used (TurnOffClusterProviders).
+	clusterOff bool
 	// base is what every client built here starts from (timeouts, backoff, the hooks that count its
 	// attempts and failures under its provider's label), for the provider it talks to.
 	base func(Key) provider.Options
@@ -214,6 +216,9 @@ func (p *Registry) Client(ctx context.Context, k Key, ready bool, instance strin
 			return nil, "", readiness.Retryingf("", "no approvals provider is configured: create an ApprovalProvider or ClusterApprovalProvider named default, name one in the Tool's spec.providerRef, or set the manager's --provider-url")
 		}
 		return p.flags, "", nil
+	}
+	if p.clusterOff && k.Kind == tg.KindClusterApprovalProvider {
+		return nil, "", clusterOffError(k)
 	}
 	obj, err := p.object(ctx, k)
 	if err != nil {
