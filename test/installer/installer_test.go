@@ -27,15 +27,11 @@ import (
 	"toolgate.dev/toolgate/test/testenv"
 )
 
-// defaultImage is the image dist/install.yaml is committed with (the Makefile's default IMG) and the
-// chart's default values.
-const (
-	defaultImage     = "toolgate:latest"
-	defaultNamespace = "toolgate-system"
-)
+const defaultNamespace = "toolgate-system"
 
 // TestInstallYAMLIsUpToDate builds config/default with the default image, as `make build-installer`
-// does, and requires the committed dist/install.yaml to hold exactly those objects.
+// does (the Makefile's default IMG: toolgate tagged with the chart's appVersion), and requires the
+// committed dist/install.yaml to hold exactly those objects.
 func TestInstallYAMLIsUpToDate(t *testing.T) {
 	g := gomega.NewWithT(t)
 	root := repoRoot(t)
@@ -44,7 +40,7 @@ func TestInstallYAMLIsUpToDate(t *testing.T) {
 	rel, err := filepath.Rel(overlay, filepath.Join(root, "config", "default"))
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"+
-		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: latest\n", rel)
+		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: %q\n", rel, appVersion(t))
 	g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600)).To(gomega.Succeed())
 
 	built := kustomize(t, overlay)

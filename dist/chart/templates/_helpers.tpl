@@ -21,9 +21,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: mcp-gateway
 {{- end -}}
 
-{{/* An image reference: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/* An image reference: repository@digest when a digest is given, otherwise repository:tag, the tag
+defaulting to the chart's appVersion. */}}
 {{- define "toolgate.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The namespace the MCP gateway serves. */}}
