@@ -46,7 +46,8 @@ func (f *listFlags) Set(v string) error { *f = append(*f, v); return nil }
 // spec is what every platform's image of one build shares.
 type spec struct {
 	entrypoint, user, caBundle string
-	files                      []string // IMAGE_PATH=HOST_PATH, {arch} replaced per platform
+	files                      []string          // IMAGE_PATH=HOST_PATH, {arch} replaced per platform
+	labels                     map[string]string // the config's labels
 }
 
 func main() {
@@ -111,9 +112,13 @@ func writeTarball(tag, out string, platforms []string, s spec) error {
 // writeLayout writes one image per platform, as one OCI image index, into an OCI image layout whose
 // index.json names it tag (annotation org.opencontainers.image.ref.name).
 func writeLayout(tag, dir string, platforms []string, s spec) error {
-	if _, err := name.NewTag(tag); err != nil {
+	ref, err := name.NewTag(tag)
+	if err != nil {
 		return fmt.Errorf("--tag %q: %w", tag, err)
 	}
+	// The version in the config makes a released image another image than the local cluster's :dev
+	// one built from the same binaries (another config digest, so another image ID in containerd).
+	s.labels = map[string]string{"org.opencontainers.image.version": ref.TagStr()}
 	idx, err := index(platforms, s)
 	if err != nil {
 		return err
@@ -183,6 +188,7 @@ func build(p v1.Platform, s spec) (v1.Image, error) {
 	cf.Config.Entrypoint = []string{s.entrypoint}
 	cf.Config.User = s.user
 	cf.Config.WorkingDir = "/"
+	cf.Config.Labels = s.labels
 	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
 	return mutate.ConfigFile(img, cf)
 }

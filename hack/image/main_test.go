@@ -80,6 +80,9 @@ func TestIndexHoldsEachPlatformsOwnBinary(t *testing.T) {
 		if cf.OS != "linux" || cf.Architecture != arch {
 			t.Errorf("%s: config says %s/%s", arch, cf.OS, cf.Architecture)
 		}
+		if cf.Config.Labels["org.opencontainers.image.version"] != "3.10" {
+			t.Errorf("%s: labels %v, want org.opencontainers.image.version 3.10", arch, cf.Config.Labels)
+		}
 		if len(cf.Config.Entrypoint) != 1 || cf.Config.Entrypoint[0] != "/pause" || cf.Config.User != "65535:65535" {
 			t.Errorf("%s: entrypoint %v, user %q", arch, cf.Config.Entrypoint, cf.Config.User)
 		}
