@@ -2,7 +2,8 @@
 # $(IMAGE_PREFIX)<image>:$(TAG) (the manager's is IMG), and docker-push pushes them; deploy and
 # build-installer install IMG. E.g. make docker-build docker-push IMAGE_PREFIX=registry.example.com/ TAG=v0.1.0
 IMAGE_PREFIX ?=
-TAG ?= latest
+# TAG defaults to the chart's appVersion (dist/chart/Chart.yaml): no manifest names `latest`.
+TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' dist/chart/Chart.yaml)
 IMG ?= $(IMAGE_PREFIX)toolgate:$(TAG)
 # The mcp-call image that deploy and build-installer give the manager (--mcp-executor-image): the
 # image of the calls of MCPServers that name none.
@@ -147,6 +148,10 @@ run: ## Run the manager from your host against the cluster in your kubeconfig (p
 images: ## Build the images of hack/images.txt (and the Pod sandbox's) as tarballs without Docker and load them into the local cluster when it runs.
 	bash hack/cluster.sh images
 
+.PHONY: image-index
+image-index: ## Build every image of hack/images.txt for linux/amd64 and linux/arm64 as one OCI image index each, OCI image layouts in bin/oci/<image>, tagged toolgate/<image>:$(TAG), to push to a registry (hack/image-index.sh).
+	bash hack/image-index.sh "$(LOCALBIN)/oci" "$(TAG)"
+
 # RELEASE_IMAGES runs its argument, a command, once per release row of hack/images.txt with $${ref} set
 # to the row's image reference.
 RELEASE_IMAGES = grep -v '^\#' hack/images.txt | while read -r image binary package where; do \
@@ -191,7 +196,7 @@ undeploy: deploy-overlay ## Remove the controller from the cluster. Call with ig
 deploy-overlay: | $(LOCALBIN)
 	@mkdir -p "$(DEPLOY_OVERLAY)"
 	@img='$(IMG)'; name="$${img%:*}"; tag="$${img##*:}"; \
-	case "$${tag}" in "$${img}"|*/*) name="$${img}"; tag=latest ;; esac; \
+	case "$${tag}" in "$${img}"|*/*) name="$${img}"; tag='$(TAG)' ;; esac; \
 	printf '%s\n' \
 	  'apiVersion: kustomize.config.k8s.io/v1beta1' \
 	  'kind: Kustomization' \

@@ -147,7 +147,7 @@ func TestChartInstallsWhatTheManifestDoes(t *testing.T) {
 		return strings.HasPrefix(a, "--provider-url=") || strings.HasPrefix(a, "--mcp-executor-image=")
 	})))
 	g.Expect(c.Args).To(ContainElement("--provider-url=https://approvals.example.com"))
-	g.Expect(wc.Args).To(ContainElement("--mcp-executor-image=" + defaultExecutorImage))
+	g.Expect(wc.Args).To(ContainElement("--mcp-executor-image=" + defaultExecutorImage(t)))
 	g.Expect(c.Args).To(ContainElement("--mcp-executor-image=mcp-call:0.1.0"), "the mcp-call image of the chart's appVersion")
 	g.Expect(c.Image).To(Equal("toolgate:0.1.0"), "the tag defaults to the chart's appVersion")
 }

@@ -28,18 +28,12 @@ import (
 	"toolgate.dev/toolgate/test/testenv"
 )
 
-// defaultImage is the image dist/install.yaml is committed with (the Makefile's default IMG) and the
-// chart's default values.
-const (
-	defaultImage = "toolgate:latest"
-	// defaultExecutorImage is the manager's --mcp-executor-image in dist/install.yaml (the Makefile's
-	// default MCP_CALL_IMG).
-	defaultExecutorImage = "mcp-call:latest"
-	defaultNamespace     = "toolgate-system"
-)
+const defaultNamespace = "toolgate-system"
 
 // TestInstallYAMLIsUpToDate builds config/default with the default images, as `make build-installer`
-// does, and requires the committed dist/install.yaml to hold exactly those objects.
+// does (the Makefile's defaults: IMG is toolgate tagged with the chart's appVersion, MCP_CALL_IMG
+// mcp-call with the same tag, the manager's --mcp-executor-image), and requires the committed
+// dist/install.yaml to hold exactly those objects.
 func TestInstallYAMLIsUpToDate(t *testing.T) {
 	g := gomega.NewWithT(t)
 	root := repoRoot(t)
@@ -48,9 +42,9 @@ func TestInstallYAMLIsUpToDate(t *testing.T) {
 	rel, err := filepath.Rel(overlay, filepath.Join(root, "config", "default"))
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"+
-		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: latest\n"+
+		"resources:\n- %s\nimages:\n- name: controller\n  newName: toolgate\n  newTag: %q\n"+
 		"patches:\n- target: {kind: Deployment, name: toolgate-controller-manager}\n  patch: |-\n"+
-		"    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--mcp-executor-image=%s\"}\n", rel, defaultExecutorImage)
+		"    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--mcp-executor-image=%s\"}\n", rel, appVersion(t), defaultExecutorImage(t))
 	g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600)).To(gomega.Succeed())
 
 	built := kustomize(t, overlay)
@@ -173,4 +167,10 @@ func newestKubernetes() *common.Capabilities {
 	caps.APIVersions = append(slices.Clone(caps.APIVersions),
 		"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding")
 	return caps
+}
+
+// defaultExecutorImage is the manager's --mcp-executor-image in dist/install.yaml: the Makefile's
+// default MCP_CALL_IMG, mcp-call tagged with the chart's appVersion.
+func defaultExecutorImage(t *testing.T) string {
+	return "mcp-call:" + appVersion(t)
 }

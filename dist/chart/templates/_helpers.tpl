@@ -80,9 +80,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: mcp-gateway
 {{- end -}}
 
-{{/* An image reference: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/* An image reference: repository@digest when a digest is given, otherwise repository:tag, the tag
+defaulting to the chart's appVersion. */}}
 {{- define "toolgate.image" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The mcp-call image of MCPServers that name none: mcpServers.executorImage, its repository
