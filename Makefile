@@ -161,8 +161,15 @@ RELEASE_IMAGES = grep -v '^\#' hack/images.txt | while read -r image binary pack
 	done
 
 .PHONY: docker-build
-docker-build: ## Build the images (one per release row of hack/images.txt: manager, reference provider, MCP gateway, demo tool, kubectl-toolcall) with Docker, tagged $(IMAGE_PREFIX)<image>:$(TAG), the manager's IMG.
+docker-build: ## Build the images (one per release row of hack/images.txt: manager, reference provider, MCP gateway, MCP executor, demo tool, kubectl-toolcall) with Docker for the host's platform, tagged $(IMAGE_PREFIX)<image>:$(TAG), the manager's IMG.
 	@$(call RELEASE_IMAGES,$(CONTAINER_TOOL) build --target "$${image}" -t "$${ref}" .)
+
+# The platforms docker-buildx builds each image for, as one multi-platform image (an index).
+PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push the same images for every platform of PLATFORMS (default linux/amd64,linux/arm64) as one multi-platform image each, with docker buildx.
+	@$(call RELEASE_IMAGES,$(CONTAINER_TOOL) buildx build --platform "$(PLATFORMS)" --target "$${image}" -t "$${ref}" --push .)
 
 .PHONY: docker-push
 docker-push: ## Push the images docker-build built.
