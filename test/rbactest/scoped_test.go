@@ -153,7 +153,9 @@ func scopedRBAC(t *testing.T, ns string) []client.Object {
 	g.Expect(err).NotTo(HaveOccurred())
 	chrt, err := loader.Load(filepath.Join(root, "dist", "chart"))
 	g.Expect(err).NotTo(HaveOccurred())
-	values := map[string]any{"scope": map[string]any{"namespaces": []any{ns}}}
+	// Helm's defaults (no cluster asked) name no MutatingAdmissionPolicy: the version is chosen here.
+	values := map[string]any{"scope": map[string]any{"namespaces": []any{ns}},
+		"admissionPolicies": map[string]any{"mutatingAPIVersion": "v1"}}
 	rv, err := chartutil.ToRenderValues(chrt, values, common.ReleaseOptions{Name: "toolgate", Namespace: scopedRelease, IsInstall: true}, common.DefaultCapabilities)
 	g.Expect(err).NotTo(HaveOccurred())
 	rendered, err := engine.Render(chrt, rv)
