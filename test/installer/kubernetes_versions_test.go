@@ -39,7 +39,7 @@ func TestChartInstallsOnThisKubernetesVersion(t *testing.T) {
 	t.Logf("kube-apiserver %s", version)
 	g.Expect(minor).To(BeNumerically(">=", testenv.OldestKubernetesMinor), "a Kubernetes version Toolgate supports")
 
-	_, err := helmInstall(t, env, "toolgate-system", nil)
+	err := helmInstall(t, env, "toolgate-system")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	admin, err := client.New(env.Config, client.Options{})
@@ -74,7 +74,7 @@ func TestChartInstallsOnThisKubernetesVersion(t *testing.T) {
 func TestChartRefusesAClusterThatCannotRecordTheRequester(t *testing.T) {
 	g := NewWithT(t)
 	env := startAPIServer(t, false)
-	_, err := helmInstall(t, env, "toolgate-system", nil)
+	err := helmInstall(t, env, "toolgate-system")
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(And(
 		ContainSubstring("Toolgate needs MutatingAdmissionPolicy"),
@@ -140,9 +140,9 @@ func apiserverVersion(t *testing.T) (string, int) {
 	return version, minor
 }
 
-// helmInstall installs dist/chart as release toolgate into namespace, as `helm install --create-namespace`
-// does, with an admin's kubeconfig for env.
-func helmInstall(t *testing.T, env *envtest.Environment, namespace string, values map[string]any) (string, error) {
+// helmInstall installs dist/chart with its default values as release toolgate into namespace, as
+// `helm install --create-namespace` does, with an admin's kubeconfig for env.
+func helmInstall(t *testing.T, env *envtest.Environment, namespace string) error {
 	t.Helper()
 	g := NewWithT(t)
 	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
@@ -165,13 +165,10 @@ func helmInstall(t *testing.T, env *envtest.Environment, namespace string, value
 	install.Timeout = time.Minute
 	chrt, err := loader.Load(filepath.Join(repoRoot(t), "dist", "chart"))
 	g.Expect(err).NotTo(HaveOccurred())
-	if values == nil {
-		values = map[string]any{}
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	_, err = install.RunWithContext(ctx, chrt, values)
-	return path, err
+	_, err = install.RunWithContext(ctx, chrt, map[string]any{})
+	return err
 }
 
 // impersonating is a client of env acting as user, in group system:authenticated.
