@@ -42,6 +42,7 @@ func main() {
 	flag.StringVar(&providerURL, "provider-url", "", "Base URL of the manager's own approvals provider, e.g. https://approvals.example.com: the provider of calls no ApprovalProvider or ClusterApprovalProvider applies to (empty: none).")
 	flag.StringVar(&credentialFile, "provider-credential-file", "", "File holding the provider instance credential (mounted from a Secret).")
 	flag.StringVar(&caFile, "provider-ca-file", "", "PEM file of CAs to trust for the provider instead of the system pool.")
+	flag.StringVar(&o.ReceiptKeySecret, "receipt-key-secret", o.ReceiptKeySecret, "Secret, in the manager's namespace, whose field \"key\" holds the PEM private key (ECDSA P-256 or Ed25519) that signs the receipts of ended ToolCalls; made with a new ECDSA P-256 key when missing (docs/receipts.md).")
 	flag.StringVar(&o.ClusterResourceNamespace, "cluster-resource-namespace", o.ClusterResourceNamespace, "Namespace of the Secrets and ConfigMaps that ClusterApprovalProviders name.")
 	flag.DurationVar(&o.PollWait, "poll-wait", o.PollWait, "Long-poll wait sent as ?wait= (1s to 30s, AAP's cap).")
 	flag.DurationVar(&timing.ReturnMargin, "return-margin", timing.ReturnMargin, "Time kept at the end of a waiting limit to return the result.")
@@ -79,6 +80,7 @@ func main() {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
 	o.ClusterProvidersOff = !clusterProviders
+	o.ProviderURL = providerURL
 	if providerURL != "" {
 		client, err := provider.NewHTTPClient(provider.Options{
 			BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,

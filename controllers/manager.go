@@ -79,6 +79,11 @@ type Options struct {
 	// MCP bounds what the MCPServer controller reads from MCP servers and how often it lists one
 	// (zero fields: mcpserver's defaults).
 	MCP mcpservers.Options
+	// ReceiptKeySecret is the Secret, in the manager's namespace, with the key receipts are signed
+	// with (made when missing).
+	ReceiptKeySecret string
+	// ProviderURL is the manager's own provider's URL (--provider-url), which receipts name.
+	ProviderURL string
 }
 
 // DefaultOptions are the manager's defaults, the one place they are set: the manager's flags start
@@ -92,6 +97,7 @@ func DefaultOptions() Options {
 		CancelGiveUp:             2 * time.Minute,
 		MaxConcurrentReconciles:  32,
 		ClusterResourceNamespace: "toolgate-system",
+		ReceiptKeySecret:         toolcalls.ReceiptKeySecret,
 	}
 }
 
@@ -118,6 +124,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ClusterResourceNamespace == "" {
 		o.ClusterResourceNamespace = d.ClusterResourceNamespace
+	}
+	if o.ReceiptKeySecret == "" {
+		o.ReceiptKeySecret = d.ReceiptKeySecret
 	}
 	return o
 }
@@ -247,6 +256,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		Namespaces:              o.Namespaces,
 		ExecutionKey: &toolcalls.ExecutionKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace)},
+		Receipts: &toolcalls.Receipts{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace), FlagsProviderURL: o.ProviderURL,
+			Key: &toolcalls.ReceiptKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: o.Clock,
+				Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace), Name: o.ReceiptKeySecret}},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ToolCall controller: %w", err)

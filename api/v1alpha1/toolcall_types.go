@@ -148,6 +148,59 @@ type Decision struct {
 	// expiresAt is when an approval stops being valid: the Job must be created before it.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// responseDigest is the SHA-256 (sha256:<hex>) of the provider's response that carried the
+	// decision, byte for byte as received; the call's receipt binds it.
+	// +optional
+	ResponseDigest string `json:"responseDigest,omitempty"`
+}
+
+// Execution is what ran, as the kubelet reported it when the Job ended.
+type Execution struct {
+	// podName and podUID name the Pod whose result was recorded (the newest that ended).
+	// +optional
+	PodName string `json:"podName,omitempty"`
+	// +optional
+	PodUID types.UID `json:"podUID,omitempty"`
+	// nodeName is the node it ran on.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// containers are the Pod's containers that the Tool's Job template declares.
+	// +listType=atomic
+	// +optional
+	Containers []ExecutedContainer `json:"containers,omitempty"`
+	// resultTruncated says the termination message was longer than status.result holds.
+	// +optional
+	ResultTruncated bool `json:"resultTruncated,omitempty"`
+}
+
+// ExecutedContainer is one container of the tool's Pod.
+type ExecutedContainer struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	// imageID is the image the kubelet ran, with its digest (e.g. docker.io/library/x@sha256:…).
+	// +optional
+	ImageID string `json:"imageID,omitempty"`
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+}
+
+// Receipt is the call's signed receipt: an in-toto Statement in a DSSE envelope (docs/receipts.md).
+type Receipt struct {
+	// envelope is the DSSE envelope, as JSON: the file cosign verify-blob-attestation reads.
+	Envelope string `json:"envelope"`
+	// digest is the SHA-256 of the envelope's payload (sha256:<hex>), as the next receipt names it.
+	Digest string `json:"digest"`
+	// sequence counts the namespace's receipts from 1.
+	Sequence int64 `json:"sequence"`
+	// previous is the digest of the namespace's receipt before it; empty for the first.
+	// +optional
+	Previous string `json:"previous,omitempty"`
+	// keyID is the id of the key that signed it.
+	KeyID string `json:"keyID"`
 }
 
 // ToolCallStatus is written by the controller only.
@@ -179,6 +232,13 @@ type ToolCallStatus struct {
 	// result is the Job's termination message (at most 4 KiB).
 	// +optional
 	Result string `json:"result,omitempty"`
+	// execution is what ran: the Pod, its node, and each container's image digest, start, end and
+	// exit code, recorded when the Job ended.
+	// +optional
+	Execution *Execution `json:"execution,omitempty"`
+	// receipt is the call's signed receipt, written once the call ended.
+	// +optional
+	Receipt *Receipt `json:"receipt,omitempty"`
 	// reason is a CamelCase word for the current phase, e.g. Denied or WaitingLimitReached.
 	// +optional
 	Reason string `json:"reason,omitempty"`

@@ -398,9 +398,10 @@ func recordRequest(tc *tg.ToolCall, req *provider.Request) {
 		tc.Status.DeadlineAt = metaTime(&req.DeadlineAt)
 	}
 	if d := req.Decision; d != nil && provider.IsTerminal(req.Status) {
-		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider, Note: d.Note, DecidedAt: metaTime(d.DecidedAt), ExpiresAt: metaTime(d.ExpiresAt)}
+		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider, Note: d.Note, DecidedAt: metaTime(d.DecidedAt), ExpiresAt: metaTime(d.ExpiresAt),
+			ResponseDigest: req.BodyDigest}
 	} else if provider.IsTerminal(req.Status) {
-		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider}
+		tc.Status.Decision = &tg.Decision{Status: req.Status, Source: tg.DecisionSourceProvider, ResponseDigest: req.BodyDigest}
 	} else {
 		// A pending request has no decision: one in the status was not the provider's.
 		tc.Status.Decision = nil

@@ -70,6 +70,8 @@ type Reconciler struct {
 	// ExecutionKey signs the Jobs the manager creates and tells them from Jobs others created
 	// (execproof.go).
 	ExecutionKey *ExecutionKey
+	// Receipts signs the receipt of every call that ends (receipts.go); nil signs none.
+	Receipts *Receipts
 
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
@@ -126,8 +128,8 @@ type Reconciler struct {
 //	                                                                  Running)
 //	Running           observeJob (job.go), observePods (jobpods.go)   Running (ImageUnavailable, back to
 //	                                                                  JobCreated), Succeeded, Failed
-//	terminal          removeFinalizer (deletion.go), then retire      - (once its time to live has
-//	                  (retention.go)                                  passed: the ToolCall is deleted)
+//	terminal          issueReceipt (receipts.go), removeFinalizer     - (once its time to live has
+//	                  (deletion.go), then retire (retention.go)       passed: the ToolCall is deleted)
 //	(deleted)         reconcileDelete (deletion.go)                   the ToolCall is gone
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if err := r.withdrawGone(ctx, req.NamespacedName); err != nil {
@@ -149,6 +151,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if tc.Status.Phase.IsTerminal() {
 		r.stopWaiting(tc.UID)
+		if err := r.issueReceipt(ctx, tc); err != nil {
+			return ctrl.Result{}, err
+		}
 		if err := r.removeFinalizer(ctx, tc); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -183,8 +188,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.reportTransition(orig, tc)
 	if tc.Status.Phase == tg.PhaseRunning || tc.Status.Phase.IsTerminal() {
-		// Approved (or ended): no request of this ToolCall can be pending any more.
+		// Approved (or ended): no request of this ToolCall can be pending any more. An ended call
+		// gets its receipt first (receipts.go), and keeps its finalizer until it holds it.
 		r.stopWaiting(tc.UID)
+		if rerr := r.issueReceipt(ctx, tc); rerr != nil {
+			return ctrl.Result{}, errors.Join(err, rerr)
+		}
 		if ferr := r.removeFinalizer(ctx, tc); ferr != nil {
 			return ctrl.Result{}, errors.Join(err, ferr)
 		}

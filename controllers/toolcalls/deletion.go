@@ -24,6 +24,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Resul
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	// An ended call is let go once it holds its receipt.
+	if err := r.issueReceipt(ctx, tc); err != nil {
+		return ctrl.Result{}, err
+	}
 	switch tc.Status.Phase {
 	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
 		ended, err := r.withdrawOwn(ctx, sc)
@@ -77,7 +81,7 @@ func (r *Reconciler) withdrawOwn(ctx context.Context, sc *scope) (string, error)
 }
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, tc *tg.ToolCall) error {
-	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
+	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) || r.awaitsReceipt(tc) {
 		return nil
 	}
 	controllerutil.RemoveFinalizer(tc, tg.Finalizer)

@@ -222,7 +222,9 @@ func (r *Reconciler) observeJob(ctx context.Context, sc *scope) (ctrl.Result, er
 		setStatus(tc, lifecycle.ForeignPodCounted.Status(job.Name, foreign.Name))
 		return ctrl.Result{}, nil
 	}
-	tc.Status.Result = terminationMessage(job, pods)
+	result, truncated := terminationMessage(job, pods)
+	tc.Status.Result = result
+	tc.Status.Execution = executionOf(job, pods, truncated)
 	switch {
 	case end.succeeded:
 		setStatus(tc, lifecycle.JobSucceeded.Status())
@@ -410,18 +412,15 @@ func jobEndOf(job *batchv1.Job) jobEnd {
 }
 
 // terminationMessage returns the first non-empty termination message of the Job's Pods, newest Pod
-// first, truncated to MaxResultBytes. Only the containers of the Job's template speak for the tool
-// (admission may add others).
-func terminationMessage(job *batchv1.Job, pods []corev1.Pod) string {
-	tool := func(name string) bool {
-		return slices.ContainsFunc(job.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
-	}
+// first, truncated to MaxResultBytes, and whether it was cut. Only the containers of the Job's
+// template speak for the tool (admission may add others).
+func terminationMessage(job *batchv1.Job, pods []corev1.Pod) (string, bool) {
 	var newest *corev1.Pod
 	msg := ""
 	for i := range pods {
 		p := &pods[i]
 		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" && tool(cs.Name) {
+			if t := cs.State.Terminated; t != nil && t.Message != "" && templateContainer(job, cs.Name) {
 				if newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time) {
 					newest, msg = p, t.Message
 				}
@@ -430,7 +429,60 @@ func terminationMessage(job *batchv1.Job, pods []corev1.Pod) string {
 		}
 	}
 	if len(msg) > tg.MaxResultBytes {
-		msg = msg[:tg.MaxResultBytes]
+		return msg[:tg.MaxResultBytes], true
 	}
-	return msg
+	return msg, false
+}
+
+// templateContainer reports whether name is a container of the Job's template.
+func templateContainer(job *batchv1.Job, name string) bool {
+	return slices.ContainsFunc(job.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+}
+
+// executionOf is what ran, for the receipt: the newest of the Job's Pods whose tool containers ended
+// (else the newest Pod), its node, and each template container's image, the image the kubelet ran,
+// start, end and exit code.
+func executionOf(job *batchv1.Job, pods []corev1.Pod, truncated bool) *tg.Execution {
+	ex := &tg.Execution{ResultTruncated: truncated}
+	var pick *corev1.Pod
+	ended := func(p *corev1.Pod) bool {
+		return slices.ContainsFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool {
+			return cs.State.Terminated != nil && templateContainer(job, cs.Name)
+		})
+	}
+	for i := range pods {
+		p := &pods[i]
+		switch {
+		case pick == nil,
+			ended(p) && !ended(pick),
+			ended(p) == ended(pick) && p.CreationTimestamp.After(pick.CreationTimestamp.Time):
+			pick = p
+		}
+	}
+	if pick == nil {
+		return ex
+	}
+	ex.PodName, ex.PodUID, ex.NodeName = pick.Name, pick.UID, pick.Spec.NodeName
+	for _, c := range job.Spec.Template.Spec.Containers {
+		ec := tg.ExecutedContainer{Name: c.Name, Image: c.Image}
+		for _, cs := range pick.Status.ContainerStatuses {
+			if cs.Name != c.Name {
+				continue
+			}
+			ec.ImageID = cs.ImageID
+			if t := cs.State.Terminated; t != nil {
+				ec.StartedAt, ec.FinishedAt, ec.ExitCode = metaTimeOrNil(t.StartedAt), metaTimeOrNil(t.FinishedAt), ptr.To(t.ExitCode)
+			}
+		}
+		ex.Containers = append(ex.Containers, ec)
+	}
+	return ex
+}
+
+// metaTimeOrNil is t, or nil for the zero time.
+func metaTimeOrNil(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -32,7 +32,7 @@ import (
 // (toolgate.dev/keep), or any other change, makes it fail with a conflict, and the watch event of
 // that change decides again.
 func (r *Reconciler) retire(ctx context.Context, tc *tg.ToolCall) (ctrl.Result, error) {
-	if _, finished := lifecycle.FinishedAt(tc); !finished || lifecycle.Kept(tc) {
+	if _, finished := lifecycle.FinishedAt(tc); !finished || lifecycle.Kept(tc) || r.awaitsReceipt(tc) {
 		return ctrl.Result{}, nil
 	}
 	tools := &tg.ToolList{}

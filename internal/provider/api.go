@@ -129,4 +129,8 @@ type Request struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	DeadlineAt     time.Time       `json:"deadline_at"`
 	Decision       *Decision       `json:"decision,omitempty"`
+
+	// BodyDigest is the SHA-256 (sha256:<hex>) of the response body this request was decoded from,
+	// byte for byte as received; empty for a request that did not come from a response.
+	BodyDigest string `json:"-"`
 }

@@ -3,6 +3,8 @@ package provider
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -113,6 +115,8 @@ func (c *HTTPClient) trusted(cl *call, data []byte, status int, cred string) (*R
 		return nil, &Error{Op: cl.op, StatusCode: status, Code: CodeUntrusted,
 			Detail: fmt.Sprintf("the provider answered the cancel %d with the request %s, where AAP answers 200 only with the request cancelled", status, r.Status)}
 	}
+	sum := sha256.Sum256(data)
+	r.BodyDigest = "sha256:" + hex.EncodeToString(sum[:])
 	return r, nil
 }
 

@@ -1,0 +1,409 @@
+package toolcalls
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gowebpki/jcs"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/internal/lifecycle"
+	"toolgate.dev/toolgate/controllers/internal/providercache"
+	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/receipt"
+	"toolgate.dev/toolgate/internal/version"
+)
+
+// Receipts signs the receipt of every ToolCall that ends (docs/receipts.md) and keeps each
+// namespace's chain of receipts.
+//
+// The ToolCall's status is where a receipt exists: a receipt counts once the status write that holds
+// it succeeded. Each namespace's chain head, in a ConfigMap of the manager's namespace
+// (chainConfigMap), is written before that status write and names the receipt it is about to
+// hold. The two writes are serialised per namespace, so at most one head is unconfirmed at a time
+// (after a crash between them): the next receipt of the namespace reads that ToolCall again, from the
+// apiserver, and either finds the receipt there (the chain goes on after it) or not (the receipt was
+// never written: its sequence number is given to the next receipt, with the same previous digest).
+// Either way no receipt that exists is left out of the chain, and none is counted twice. The status
+// write carries the resourceVersion it read, so a receipt is written only over a status without one.
+type Receipts struct {
+	Client client.Client
+	// Reader reads around the cache: heads and ToolCalls whose receipt is in doubt.
+	Reader client.Reader
+	Key    *ReceiptKey
+	// Namespace is the manager's namespace, where the chain heads are.
+	Namespace string
+	// FlagsProviderURL is the manager's --provider-url, named in the receipts of calls it served.
+	FlagsProviderURL string
+
+	mu     sync.Mutex
+	chains map[string]*chain
+}
+
+// chain is one namespace's head as this manager last wrote or read it.
+type chain struct {
+	mu   sync.Mutex
+	head *chainHead
+	// confirmed: the receipt the head names is in its ToolCall's status (this manager wrote it).
+	confirmed bool
+}
+
+// chainHead is the head ConfigMap's data.
+type chainHead struct {
+	Sequence    int64
+	Digest      string
+	Previous    string
+	ToolCall    string
+	ToolCallUID types.UID
+	// resourceVersion is the ConfigMap's, "" when it does not exist yet.
+	resourceVersion string
+}
+
+// Keys of the head ConfigMap's data.
+const (
+	headNamespace   = "namespace"
+	headSequence    = "sequence"
+	headDigest      = "digest"
+	headPrevious    = "previous"
+	headToolCall    = "toolCall"
+	headToolCallUID = "toolCallUID"
+)
+
+// chainConfigMap names the ConfigMap that holds namespace ns's chain head.
+func chainConfigMap(ns string) string { return "toolgate-receipts." + ns }
+
+func (rs *Receipts) chainOf(ns string) *chain {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.chains == nil {
+		rs.chains = map[string]*chain{}
+	}
+	c := rs.chains[ns]
+	if c == nil {
+		c = &chain{}
+		rs.chains[ns] = c
+	}
+	return c
+}
+
+// errReceiptRetry is returned when a write the receipt needs found the object changed: the reconcile
+// is retried.
+var errReceiptRetry = errors.New("the receipt's chain head or its ToolCall changed while it was written; trying again")
+
+// Issue signs tc's receipt and writes it into tc's status; tc has ended and holds none. On success tc
+// holds the receipt and its new resourceVersion.
+func (rs *Receipts) Issue(ctx context.Context, tc *tg.ToolCall, facts *receiptFacts) error {
+	c := rs.chainOf(tc.Namespace)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seq, prev, err := rs.nextSlot(ctx, c, tc)
+	if err != nil {
+		return err
+	}
+	if seq == 0 {
+		return nil // tc already holds its receipt (the cache was behind)
+	}
+	key, err := rs.Key.Get(ctx)
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	p := predicateOf(tc, facts)
+	p.Signer = receipt.Signer{ManagerVersion: version.Get(), KeyID: receipt.KeyID(key), SignedAt: receipt.Time(now.Time)}
+	p.Chain = receipt.Chain{Namespace: tc.Namespace, Sequence: seq, Previous: prev}
+	var result []byte
+	if p.Outcome.Ran {
+		result = []byte(tc.Status.Result)
+	}
+	st, err := receipt.Statement(tc.Spec.Arguments.Raw, result, p)
+	if err != nil {
+		return err
+	}
+	env, err := receipt.Sign(ctx, key, st)
+	if err != nil {
+		return err
+	}
+	rec := &tg.Receipt{Envelope: string(env), Digest: receipt.Digest(st), Sequence: seq, Previous: prev, KeyID: p.Signer.KeyID}
+	head := &chainHead{Sequence: seq, Digest: rec.Digest, Previous: prev, ToolCall: tc.Name, ToolCallUID: tc.UID}
+	if c.head != nil {
+		head.resourceVersion = c.head.resourceVersion
+	}
+	if err := rs.writeHead(ctx, tc.Namespace, head); err != nil {
+		c.head = nil // read it again
+		return err
+	}
+	c.head, c.confirmed = head, false
+	if err := rs.writeReceipt(ctx, tc, rec); err != nil {
+		return err
+	}
+	c.confirmed = true
+	logf.FromContext(ctx).Info("Receipt signed", "receiptNamespace", tc.Namespace, "receiptToolCall", tc.Name, "toolCallUID", tc.UID,
+		"phase", tc.Status.Phase, "sequence", seq, "digest", rec.Digest, "previous", prev, "keyID", rec.KeyID, "receipt", rec.Envelope)
+	return nil
+}
+
+// nextSlot is the sequence number and previous digest of the namespace's next receipt; 0 when tc
+// turns out to hold its receipt already.
+func (rs *Receipts) nextSlot(ctx context.Context, c *chain, tc *tg.ToolCall) (int64, string, error) {
+	if c.head == nil {
+		h, err := rs.readHead(ctx, tc.Namespace)
+		if err != nil {
+			return 0, "", err
+		}
+		c.head, c.confirmed = h, h.Sequence == 0
+	}
+	h := c.head
+	if c.confirmed {
+		return h.Sequence + 1, h.Digest, nil
+	}
+	// The head names a receipt whose status write this manager has not seen succeed: read its
+	// ToolCall from the apiserver.
+	held := &tg.ToolCall{}
+	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: h.ToolCall}, held)
+	switch {
+	case apierrors.IsNotFound(err):
+		held = nil
+	case err != nil:
+		return 0, "", fmt.Errorf("reading ToolCall %s, whose receipt the chain head of namespace %s names: %w", h.ToolCall, tc.Namespace, err)
+	}
+	if held != nil && held.UID == h.ToolCallUID && held.Status.Receipt != nil {
+		if held.Status.Receipt.Digest == h.Digest {
+			c.confirmed = true
+			if held.UID == tc.UID {
+				*tc = *held
+				return 0, "", nil
+			}
+			return h.Sequence + 1, h.Digest, nil
+		}
+		if held.UID == tc.UID {
+			// tc holds another receipt, written before the head moved on: it is already in the
+			// chain.
+			*tc = *held
+			return 0, "", nil
+		}
+	}
+	if held != nil && held.UID == tc.UID && held.Status.Receipt == nil {
+		// The write of tc's receipt was lost: write it on what the apiserver holds.
+		*tc = *held
+	}
+	// The receipt the head names was never written: its number goes to this one.
+	return h.Sequence, h.Previous, nil
+}
+
+func (rs *Receipts) readHead(ctx context.Context, ns string) (*chainHead, error) {
+	cm := &corev1.ConfigMap{}
+	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: chainConfigMap(ns)}, cm)
+	if apierrors.IsNotFound(err) {
+		return &chainHead{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the receipt chain head of namespace %s (ConfigMap %s/%s): %w", ns, rs.Namespace, chainConfigMap(ns), err)
+	}
+	seq, err := strconv.ParseInt(cm.Data[headSequence], 10, 64)
+	if err != nil || seq < 0 || cm.Data[headNamespace] != ns {
+		return nil, fmt.Errorf("the receipt chain head of namespace %s (ConfigMap %s/%s) is unreadable: it was written by someone other than the manager; restore it from the last receipt of the namespace (docs/receipts.md)", ns, rs.Namespace, chainConfigMap(ns))
+	}
+	return &chainHead{Sequence: seq, Digest: cm.Data[headDigest], Previous: cm.Data[headPrevious], ToolCall: cm.Data[headToolCall],
+		ToolCallUID: types.UID(cm.Data[headToolCallUID]), resourceVersion: cm.ResourceVersion}, nil
+}
+
+func (rs *Receipts) writeHead(ctx context.Context, ns string, h *chainHead) error {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: chainConfigMap(ns), ResourceVersion: h.resourceVersion,
+			Labels: map[string]string{"app.kubernetes.io/name": "toolgate", "app.kubernetes.io/component": "receipt-chain"}},
+		Data: map[string]string{headNamespace: ns, headSequence: strconv.FormatInt(h.Sequence, 10), headDigest: h.Digest,
+			headPrevious: h.Previous, headToolCall: h.ToolCall, headToolCallUID: string(h.ToolCallUID)},
+	}
+	var err error
+	if h.resourceVersion == "" {
+		err = rs.Client.Create(ctx, cm)
+	} else {
+		err = rs.Client.Update(ctx, cm)
+	}
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+		return errReceiptRetry
+	case err != nil:
+		return fmt.Errorf("writing the receipt chain head of namespace %s: %w", ns, err)
+	}
+	h.resourceVersion = cm.ResourceVersion
+	return nil
+}
+
+// writeReceipt writes rec into tc's status, on the resourceVersion tc was read at.
+func (rs *Receipts) writeReceipt(ctx context.Context, tc *tg.ToolCall, rec *tg.Receipt) error {
+	data, err := json.Marshal(map[string]any{
+		"metadata": map[string]string{"resourceVersion": tc.ResourceVersion},
+		"status":   map[string]any{"receipt": rec},
+	})
+	if err != nil {
+		return err
+	}
+	if err := rs.Client.Status().Patch(ctx, tc, client.RawPatch(types.MergePatchType, data)); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return errReceiptRetry
+		}
+		return fmt.Errorf("writing the receipt: %w", err)
+	}
+	return nil
+}
+
+// receiptFacts is what the receipt says that the ToolCall does not: read by the reconcile.
+type receiptFacts struct {
+	tool     *tg.Tool // the Tool at the accepted version, nil when it changed or is gone
+	provider *receipt.Provider
+}
+
+// receiptFacts reads the Tool and the provider the call was accepted against.
+func (r *Reconciler) receiptFacts(ctx context.Context, tc *tg.ToolCall) (*receiptFacts, error) {
+	f := &receiptFacts{}
+	rec := lifecycle.ReadRecord(tc)
+	if rec.Tool.UID != "" {
+		tool := &tg.Tool{}
+		switch err := r.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: rec.Tool.Name}, tool); {
+		case err == nil:
+			if tool.UID == rec.Tool.UID && tool.Generation == rec.Tool.Generation {
+				f.tool = tool
+			}
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading Tool %s for the receipt: %w", rec.Tool.Name, err)
+		}
+	}
+	if decidedByPolicy(tc) || tc.Status.RequestID == "" {
+		return f, nil
+	}
+	k, err := providercache.Recorded(tc, rec)
+	if err != nil {
+		return f, nil // the record names no readable provider: the receipt names none
+	}
+	p := &receipt.Provider{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}
+	if k == providercache.Flags {
+		p.URL = r.Receipts.FlagsProviderURL
+	} else if !(k.Kind == tg.KindClusterApprovalProvider && r.Providers.ClusterProvidersOff()) {
+		obj := providercache.NewObject(k.Kind)
+		if err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, obj); err == nil {
+			p.URL = obj.GetSpec().URL
+		} else if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading %s for the receipt: %w", k, err)
+		}
+	}
+	f.provider = p
+	return f, nil
+}
+
+// predicateOf is the receipt's predicate, but for its signer and chain.
+func predicateOf(tc *tg.ToolCall, f *receiptFacts) *receipt.Predicate {
+	s := &tc.Status
+	p := &receipt.Predicate{
+		ToolCall: receipt.ToolCall{Namespace: tc.Namespace, Name: tc.Name, UID: string(tc.UID), CreatedAt: receipt.Time(tc.CreationTimestamp.Time)},
+		Outcome:  receipt.Outcome{Phase: string(s.Phase), Reason: s.Reason, Message: s.Message},
+	}
+	if rq := tc.Spec.Requester; rq != nil {
+		p.ToolCall.Requester = &receipt.Requester{Username: rq.Username, UID: rq.UID, Groups: rq.Groups}
+	}
+	rec := lifecycle.ReadRecord(tc)
+	p.Tool = receipt.Tool{ToolName: tc.Spec.Tool, Name: rec.Tool.Name, UID: string(rec.Tool.UID), Generation: rec.Tool.Generation}
+	if f.tool != nil {
+		if raw, err := json.Marshal(f.tool.Spec); err == nil {
+			if c, err := jcs.Transform(raw); err == nil {
+				p.Tool.SpecDigest = "sha256:" + receipt.Sha256(c)
+			}
+		}
+	}
+	if d := s.Decision; d != nil {
+		pd := &receipt.Decision{Status: d.Status, DecidedAt: predicateTime(d.DecidedAt), ExpiresAt: predicateTime(d.ExpiresAt), ResponseDigest: d.ResponseDigest}
+		switch {
+		case d.Source == tg.DecisionSourcePolicy:
+			pd.By, pd.Rule = "rule", d.Rule
+		case d.Status == provider.StatusApproved || d.Status == provider.StatusDenied:
+			pd.By = "human"
+		default:
+			pd.By = "provider"
+		}
+		if pd.By != "rule" {
+			pd.Provider, pd.RequestID, pd.IdempotencyKey = f.provider, s.RequestID, string(tc.UID)
+		}
+		p.Decision = pd
+	} else if s.RequestID != "" {
+		// Asked, never decided (withdrawn at the limit, or unavailable): the request is still named.
+		p.Decision = &receipt.Decision{By: "provider", Status: "undecided", Provider: f.provider, RequestID: s.RequestID, IdempotencyKey: string(tc.UID)}
+	}
+	p.Outcome.Ran = s.JobName != "" && s.JobUID != ""
+	if p.Outcome.Ran {
+		ex := &receipt.Execution{JobName: s.JobName, JobUID: string(s.JobUID)}
+		if e := s.Execution; e != nil {
+			ex.PodName, ex.PodUID, ex.NodeName, ex.ResultTruncated = e.PodName, string(e.PodUID), e.NodeName, e.ResultTruncated
+			for _, c := range e.Containers {
+				ex.Containers = append(ex.Containers, receipt.Container{Name: c.Name, Image: c.Image, ImageID: c.ImageID, ImageDigest: imageDigest(c.ImageID),
+					StartedAt: predicateTime(c.StartedAt), FinishedAt: predicateTime(c.FinishedAt), ExitCode: c.ExitCode})
+			}
+		}
+		p.Execution = ex
+	} else {
+		p.Outcome.NotRun = notRunReason(s.Phase)
+	}
+	return p
+}
+
+// notRunReason says why a call that ended without a Job did not run.
+func notRunReason(phase tg.ToolCallPhase) string {
+	switch phase {
+	case tg.PhaseDenied:
+		return receipt.NotRunDenied
+	case tg.PhaseExpired:
+		return receipt.NotRunExpired
+	case tg.PhaseCancelled:
+		return receipt.NotRunWithdrawn
+	case tg.PhaseRejected:
+		return receipt.NotRunRejected
+	case tg.PhaseApprovalUnavailable:
+		return receipt.NotRunUnavailable
+	}
+	return receipt.NotRunNotStarted
+}
+
+// predicateTime writes t as the predicate does; nil is "".
+func predicateTime(t *metav1.Time) string { return receipt.Time(timeOf(t)) }
+
+// imageDigest is the sha256:… digest an imageID names (repo@sha256:…, or the digest alone), else "".
+func imageDigest(imageID string) string {
+	i := strings.LastIndex(imageID, "sha256:")
+	if i < 0 || len(imageID)-i != len("sha256:")+64 {
+		return ""
+	}
+	return imageID[i:]
+}
+
+// issueReceipt writes the receipt of tc, which has ended, unless it holds one or receipts are off.
+func (r *Reconciler) issueReceipt(ctx context.Context, tc *tg.ToolCall) error {
+	if r.Receipts == nil || tc.Status.Receipt != nil || !tc.Status.Phase.IsTerminal() {
+		return nil
+	}
+	facts, err := r.receiptFacts(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if err := r.Receipts.Issue(ctx, tc, facts); err != nil {
+		return err
+	}
+	r.written.wrote(tc)
+	return nil
+}
+
+// awaitsReceipt reports whether tc has ended without its receipt yet: its finalizer stays, and
+// retention keeps it, until the receipt is written.
+func (r *Reconciler) awaitsReceipt(tc *tg.ToolCall) bool {
+	return r.Receipts != nil && tc.Status.Phase.IsTerminal() && tc.Status.Receipt == nil
+}
