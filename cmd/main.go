@@ -80,7 +80,6 @@ func main() {
 		o.Namespaces = strings.Split(namespaces, ",")
 	}
 	o.ClusterProvidersOff = !clusterProviders
-	o.ProviderURL = providerURL
 	if providerURL != "" {
 		client, err := provider.NewHTTPClient(provider.Options{
 			BaseURL: providerURL, CredentialFile: credentialFile, CAFile: caFile, MaxConnsPerHost: providerMaxConns,

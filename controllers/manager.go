@@ -82,8 +82,6 @@ type Options struct {
 	// ReceiptKeySecret is the Secret, in the manager's namespace, with the key receipts are signed
 	// with (made when missing).
 	ReceiptKeySecret string
-	// ProviderURL is the manager's own provider's URL (--provider-url), which receipts name.
-	ProviderURL string
 }
 
 // DefaultOptions are the manager's defaults, the one place they are set: the manager's flags start
@@ -257,7 +255,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		ExecutionKey: &toolcalls.ExecutionKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace)},
 		Receipts: &toolcalls.Receipts{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace), FlagsProviderURL: o.ProviderURL,
+			Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace), FlagsProviderURL: baseURLOf(o.Provider),
 			Key: &toolcalls.ReceiptKey{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: o.Clock,
 				Namespace: cmp.Or(o.LeaderElectionNamespace, o.ClusterResourceNamespace), Name: o.ReceiptKeySecret}},
 	}
@@ -321,3 +319,11 @@ func DefaultTiming() Timing { return lifecycle.DefaultTiming() }
 // CheckFinishedCallTTL refuses an Options.FinishedCallTTL (--finished-toolcall-ttl) that is negative
 // or shorter than a minute; 0 keeps finished ToolCalls forever.
 func CheckFinishedCallTTL(ttl time.Duration) error { return lifecycle.CheckFinishedCallTTL(ttl) }
+
+// baseURLOf is the URL of the manager's own provider, which receipts name; "" when it has none.
+func baseURLOf(c provider.Client) string {
+	if u, ok := c.(interface{ BaseURL() string }); ok {
+		return u.BaseURL()
+	}
+	return ""
+}

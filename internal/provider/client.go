@@ -136,6 +136,9 @@ type HTTPClient struct {
 
 var _ Client = (*HTTPClient)(nil)
 
+// BaseURL is the provider's base URL, without a trailing slash.
+func (c *HTTPClient) BaseURL() string { return c.base }
+
 // NewHTTPClient returns a client for the provider at opts.BaseURL.
 func NewHTTPClient(opts Options) (*HTTPClient, error) {
 	base, err := parseBaseURL(opts.BaseURL)

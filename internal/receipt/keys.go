@@ -93,12 +93,3 @@ func GenerateEd25519() ([]byte, error) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
-
-// toVerifiers is keys as dsse verifiers.
-func toVerifiers(keys []Key) []dsse.Verifier {
-	vs := make([]dsse.Verifier, len(keys))
-	for i, k := range keys {
-		vs[i] = k
-	}
-	return vs
-}

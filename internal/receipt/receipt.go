@@ -255,7 +255,7 @@ var (
 
 // Verify checks that envelope is a DSSE envelope over an in-toto Statement of PredicateType, signed
 // by one of keys, and decodes it.
-func Verify(ctx context.Context, envelope []byte, keys ...dsse.Verifier) (*Verified, error) {
+func Verify(ctx context.Context, envelope []byte, keys ...Key) (*Verified, error) {
 	if len(envelope) > MaxEnvelopeBytes {
 		return nil, fmt.Errorf("%w: the envelope is %d bytes, more than %d", ErrNotReceipt, len(envelope), MaxEnvelopeBytes)
 	}

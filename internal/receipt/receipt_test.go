@@ -110,14 +110,14 @@ func TestVerifyRefuses(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := Verify(context.Background(), c.env, toVerifiers(c.keys)...)
+			_, err := Verify(context.Background(), c.env, c.keys...)
 			if !errors.Is(err, c.want) {
 				t.Fatalf("err %v, want %v", err, c.want)
 			}
 		})
 	}
 	// Rotation: a receipt verifies against any of the keys given, the old one among them.
-	if _, err := Verify(context.Background(), env, toVerifiers([]Key{other, pub})...); err != nil {
+	if _, err := Verify(context.Background(), env, other, pub); err != nil {
 		t.Fatalf("with the old key among the keys: %v", err)
 	}
 }
