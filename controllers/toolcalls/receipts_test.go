@@ -248,3 +248,33 @@ func TestReceiptKeyThatCannotSignHoldsTheCallUntilFixed(t *testing.T) {
 	g.Expect(v.Predicate.Outcome.NotRun).To(Equal(receipt.NotRunDenied))
 	g.Eventually(func() []string { return h.Get("held").Finalizers }).Should(BeEmpty())
 }
+
+// Whoever may write ConfigMaps in the manager's namespace may rewrite a chain head, but not hide it:
+// the receipts signed after it chain from what it says, and the chain check reports the break.
+func TestForgedChainHeadShowsInTheChain(t *testing.T) {
+	h := th.New(t, env)
+	g := h.G
+	h.Tool("issue-refund", "issue_refund", "")
+	h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	_, err := h.Provider.Decide(h.PendingRequest("first").ID, provider.StatusDenied, "no", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	pub := receiptPublicKey(h)
+	_, first := waitReceipt(h, "first", pub)
+
+	cm := &corev1.ConfigMap{}
+	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + h.NS}, cm)).To(Succeed())
+	cm.Data["sequence"], cm.Data["digest"] = "7", "sha256:"+strings.Repeat("0", 64)
+	g.Expect(h.K8s.Update(context.Background(), cm)).To(Succeed())
+	// The manager reads the head again when it starts.
+	h.Restart()
+
+	h.ToolCall("second", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+	_, err = h.Provider.Decide(h.PendingRequest("second").ID, provider.StatusDenied, "no", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, second := waitReceipt(h, "second", pub)
+	problems := receipt.CheckChain([]*receipt.Verified{first, second}, 1)
+	g.Expect(problems).To(HaveLen(1))
+	// The forged head names a receipt its ToolCall does not hold: its number (7) goes to the next one.
+	g.Expect(second.Predicate.Chain.Sequence).To(BeEquivalentTo(7))
+	g.Expect(problems[0].Problem).To(Equal("receipts 2 to 6 are missing"))
+}
