@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,8 +30,9 @@ import (
 // namespace's chain of receipts.
 //
 // The ToolCall's status is where a receipt exists: a receipt counts once the status write that holds
-// it succeeded. Each namespace's chain head, in a ConfigMap of the manager's namespace
-// (chainConfigMap), is written before that status write and names the receipt it is about to
+// it succeeded. Each namespace's chain head, the annotations of a Lease in the manager's namespace
+// (chainLease; the manager may write Leases there already, for leader election), is written before
+// that status write and names the receipt it is about to
 // hold. The two writes are serialised per namespace, so at most one head is unconfirmed at a time
 // (after a crash between them): the next receipt of the namespace reads that ToolCall again, from the
 // apiserver, and either finds the receipt there (the chain goes on after it) or not (the receipt was
@@ -60,29 +61,29 @@ type chain struct {
 	confirmed bool
 }
 
-// chainHead is the head ConfigMap's data.
+// chainHead is what the head Lease's annotations hold.
 type chainHead struct {
 	Sequence    int64
 	Digest      string
 	Previous    string
 	ToolCall    string
 	ToolCallUID types.UID
-	// resourceVersion is the ConfigMap's, "" when it does not exist yet.
+	// resourceVersion is the Lease's, "" when it does not exist yet.
 	resourceVersion string
 }
 
-// Keys of the head ConfigMap's data.
+// Annotations of the head Lease.
 const (
-	headNamespace   = "namespace"
-	headSequence    = "sequence"
-	headDigest      = "digest"
-	headPrevious    = "previous"
-	headToolCall    = "toolCall"
-	headToolCallUID = "toolCallUID"
+	headNamespace   = "toolgate.dev/receipt-namespace"
+	headSequence    = "toolgate.dev/receipt-sequence"
+	headDigest      = "toolgate.dev/receipt-digest"
+	headPrevious    = "toolgate.dev/receipt-previous"
+	headToolCall    = "toolgate.dev/receipt-toolcall"
+	headToolCallUID = "toolgate.dev/receipt-toolcall-uid"
 )
 
-// chainConfigMap names the ConfigMap that holds namespace ns's chain head.
-func chainConfigMap(ns string) string { return "toolgate-receipts." + ns }
+// chainLease names the Lease that holds namespace ns's chain head.
+func chainLease(ns string) string { return "toolgate-receipts." + ns }
 
 func (rs *Receipts) chainOf(ns string) *chain {
 	rs.mu.Lock()
@@ -203,34 +204,35 @@ func (rs *Receipts) nextSlot(ctx context.Context, c *chain, tc *tg.ToolCall) (in
 }
 
 func (rs *Receipts) readHead(ctx context.Context, ns string) (*chainHead, error) {
-	cm := &corev1.ConfigMap{}
-	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: chainConfigMap(ns)}, cm)
+	l := &coordinationv1.Lease{}
+	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: chainLease(ns)}, l)
 	if apierrors.IsNotFound(err) {
 		return &chainHead{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the receipt chain head of namespace %s (ConfigMap %s/%s): %w", ns, rs.Namespace, chainConfigMap(ns), err)
+		return nil, fmt.Errorf("reading the receipt chain head of namespace %s (Lease %s/%s): %w", ns, rs.Namespace, chainLease(ns), err)
 	}
-	seq, err := strconv.ParseInt(cm.Data[headSequence], 10, 64)
-	if err != nil || seq < 0 || cm.Data[headNamespace] != ns {
-		return nil, fmt.Errorf("the receipt chain head of namespace %s (ConfigMap %s/%s) is unreadable: it was written by someone other than the manager; restore it from the last receipt of the namespace (docs/receipts.md)", ns, rs.Namespace, chainConfigMap(ns))
+	a := l.Annotations
+	seq, err := strconv.ParseInt(a[headSequence], 10, 64)
+	if err != nil || seq < 0 || a[headNamespace] != ns {
+		return nil, fmt.Errorf("the receipt chain head of namespace %s (Lease %s/%s) is unreadable: it was written by someone other than the manager; restore its annotations from the last receipt of the namespace, or delete it to start a new chain (docs/receipts.md)", ns, rs.Namespace, chainLease(ns))
 	}
-	return &chainHead{Sequence: seq, Digest: cm.Data[headDigest], Previous: cm.Data[headPrevious], ToolCall: cm.Data[headToolCall],
-		ToolCallUID: types.UID(cm.Data[headToolCallUID]), resourceVersion: cm.ResourceVersion}, nil
+	return &chainHead{Sequence: seq, Digest: a[headDigest], Previous: a[headPrevious], ToolCall: a[headToolCall],
+		ToolCallUID: types.UID(a[headToolCallUID]), resourceVersion: l.ResourceVersion}, nil
 }
 
 func (rs *Receipts) writeHead(ctx context.Context, ns string, h *chainHead) error {
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: chainConfigMap(ns), ResourceVersion: h.resourceVersion,
-			Labels: map[string]string{"app.kubernetes.io/name": "toolgate", "app.kubernetes.io/component": "receipt-chain"}},
-		Data: map[string]string{headNamespace: ns, headSequence: strconv.FormatInt(h.Sequence, 10), headDigest: h.Digest,
-			headPrevious: h.Previous, headToolCall: h.ToolCall, headToolCallUID: string(h.ToolCallUID)},
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: chainLease(ns), ResourceVersion: h.resourceVersion,
+			Labels: map[string]string{"app.kubernetes.io/name": "toolgate", "app.kubernetes.io/component": "receipt-chain"},
+			Annotations: map[string]string{headNamespace: ns, headSequence: strconv.FormatInt(h.Sequence, 10), headDigest: h.Digest,
+				headPrevious: h.Previous, headToolCall: h.ToolCall, headToolCallUID: string(h.ToolCallUID)}},
 	}
 	var err error
 	if h.resourceVersion == "" {
-		err = rs.Client.Create(ctx, cm)
+		err = rs.Client.Create(ctx, l)
 	} else {
-		err = rs.Client.Update(ctx, cm)
+		err = rs.Client.Update(ctx, l)
 	}
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
@@ -238,7 +240,7 @@ func (rs *Receipts) writeHead(ctx context.Context, ns string, h *chainHead) erro
 	case err != nil:
 		return fmt.Errorf("writing the receipt chain head of namespace %s: %w", ns, err)
 	}
-	h.resourceVersion = cm.ResourceVersion
+	h.resourceVersion = l.ResourceVersion
 	return nil
 }
 

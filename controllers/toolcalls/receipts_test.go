@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -116,10 +117,10 @@ func TestEveryEndedCallHasAChainedReceipt(t *testing.T) {
 	g.Expect(h.Jobs()).To(HaveLen(1))
 
 	// The chain head names the last receipt.
-	cm := &corev1.ConfigMap{}
-	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + h.NS}, cm)).To(Succeed())
-	g.Expect(cm.Data).To(HaveKeyWithValue("sequence", "3"))
-	g.Expect(cm.Data).To(HaveKeyWithValue("digest", expired.Digest))
+	head := &coordinationv1.Lease{}
+	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + h.NS}, head)).To(Succeed())
+	g.Expect(head.Annotations).To(HaveKeyWithValue("toolgate.dev/receipt-sequence", "3"))
+	g.Expect(head.Annotations).To(HaveKeyWithValue("toolgate.dev/receipt-digest", expired.Digest))
 }
 
 // A manager that dies after it moved the chain head and before the receipt reached the ToolCall
@@ -249,7 +250,7 @@ func TestReceiptKeyThatCannotSignHoldsTheCallUntilFixed(t *testing.T) {
 	g.Eventually(func() []string { return h.Get("held").Finalizers }).Should(BeEmpty())
 }
 
-// Whoever may write ConfigMaps in the manager's namespace may rewrite a chain head, but not hide it:
+// Whoever may write Leases in the manager's namespace may rewrite a chain head, but not hide it:
 // the receipts signed after it chain from what it says, and the chain check reports the break.
 func TestForgedChainHeadShowsInTheChain(t *testing.T) {
 	h := th.New(t, env)
@@ -261,10 +262,10 @@ func TestForgedChainHeadShowsInTheChain(t *testing.T) {
 	pub := receiptPublicKey(h)
 	_, first := waitReceipt(h, "first", pub)
 
-	cm := &corev1.ConfigMap{}
-	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + h.NS}, cm)).To(Succeed())
-	cm.Data["sequence"], cm.Data["digest"] = "7", "sha256:"+strings.Repeat("0", 64)
-	g.Expect(h.K8s.Update(context.Background(), cm)).To(Succeed())
+	head := &coordinationv1.Lease{}
+	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + h.NS}, head)).To(Succeed())
+	head.Annotations["toolgate.dev/receipt-sequence"], head.Annotations["toolgate.dev/receipt-digest"] = "7", "sha256:"+strings.Repeat("0", 64)
+	g.Expect(h.K8s.Update(context.Background(), head)).To(Succeed())
 	// The manager reads the head again when it starts.
 	h.Restart()
 

@@ -142,7 +142,8 @@ var allowedPermissions = map[string]map[string]string{
 	// the manager-role's rules are Roles in those namespaces only).
 	"manager-namespace-role": {
 		"get secrets named toolgate-execution-key": "reads the execution key (controllers/toolcalls/execproof.go)",
-		"create secrets":              "creates the execution key at the first start (RBAC cannot limit a create to a name)",
+		"get secrets named toolgate-receipt-key":   "reads the key receipts are signed with (controllers/toolcalls/receiptkey.go)",
+		"create secrets":              "creates the execution key and the receipt key at the first start (RBAC cannot limit a create to a name)",
 		"create events.events.k8s.io": "records an untrusted position of withdrawn removals on the Lease toolgate-gone-cursor",
 		"patch events.events.k8s.io":  "records repeated Events",
 	},
