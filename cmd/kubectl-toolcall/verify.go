@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,11 +54,9 @@ func (r *report) count(v string) int {
 }
 
 func (r *report) write(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	for _, c := range r.checks {
-		fmt.Fprintf(tw, "%s\t%s\n", c.verdict, c.msg)
+		fmt.Fprintf(w, "%-6s  %s\n", c.verdict, c.msg)
 	}
-	_ = tw.Flush()
 }
 
 // verifyKey is a --key, with the file it came from.
