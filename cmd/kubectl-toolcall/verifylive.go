@@ -79,7 +79,7 @@ func checkExecution(ctx context.Context, r client.Reader, tc *tg.ToolCall, ex *r
 	if owner := metav1.GetControllerOf(pod); owner == nil || string(owner.UID) != ex.JobUID {
 		rep.fail("pod: %s (uid %s) is not controlled by the receipt's Job (uid %s)", ex.PodName, pod.UID, ex.JobUID)
 	} else {
-		rep.ok("pod: %s exists with uid %s, controlled by the Job", ex.PodName, ex.PodUID)
+		rep.ok("pod: %s exists with uid %s, controlled by the receipt's Job (uid %s)", ex.PodName, ex.PodUID, ex.JobUID)
 	}
 	if pod.Spec.NodeName == ex.NodeName {
 		rep.ok("pod: ran on node %q", ex.NodeName)
