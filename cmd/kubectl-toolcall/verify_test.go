@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -351,4 +352,28 @@ func TestParseReceiptsNamesTheBadLine(t *testing.T) {
 		_, err := parseReceipts(strings.NewReader(in), "f")
 		g.Expect(err).To(MatchError(HavePrefix(want)), in)
 	}
+}
+
+// A key file that is not a key is an error naming the file, before anything is read from the cluster.
+func TestVerifyNamesTheUnreadableKeyFile(t *testing.T) {
+	g := NewWithT(t)
+	bad := t.TempDir() + "/bad.pub"
+	g.Expect(os.WriteFile(bad, []byte("not a key\n"), 0o600)).To(Succeed())
+	code, stdout, stderr := plugin(g, "verify", "refund", "--key", bad)
+	g.Expect(code).To(Equal(exitError))
+	g.Expect(stdout).To(BeEmpty())
+	g.Expect(stderr).To(HavePrefix("error: --key " + bad + ": no PEM block found"))
+	code, _, stderr = plugin(g, "verify", "refund", "--key", pubFileOf(t), "--chain", "--receipts", bad)
+	g.Expect(code).To(Equal(exitError))
+	g.Expect(stderr).To(HavePrefix("error: --receipts: line 1 is not a JSON object"))
+}
+
+// pubFileOf writes a new public key to a file.
+func pubFileOf(t *testing.T) string {
+	k, _ := testKey(t, "")
+	pub, err := receipt.PublicPEM(k)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	f := t.TempDir() + "/key.pub"
+	NewWithT(t).Expect(os.WriteFile(f, pub, 0o600)).To(Succeed())
+	return f
 }
