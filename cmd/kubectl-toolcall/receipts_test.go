@@ -113,7 +113,7 @@ func TestVerifyReceiptsTheManagerSigned(t *testing.T) {
 	code, stdout, stderr = verifyAsAdmin(g, "refund", "-n", h.NS, "--key", otherFile)
 	g.Expect(code).To(Equal(exitError))
 	g.Expect(stdout).To(ContainSubstring("FAILED  signature: no key verifies the receipt's signature"))
-	g.Expect(stderr).To(ContainSubstring("error: verification failed: 1 checks failed"))
+	g.Expect(stderr).To(MatchRegexp(`^error: verification failed: 1 of \d+ checks failed`))
 	code, stdout, _ = verifyAsAdmin(g, "refund", "-n", h.NS, "--key", otherFile, "--key", pubFile)
 	g.Expect(code).To(Equal(exitSucceeded), stdout)
 

@@ -130,7 +130,7 @@ func (c *cli) verify(ctx context.Context, args []string) error {
 	failed, notes := rep.count(verdictFailed), rep.count(verdictNote)
 	if failed > 0 {
 		fmt.Fprintf(c.stdout, "FAILED: %d of %d checks failed\n", failed, len(rep.checks))
-		return fmt.Errorf("%w: %d checks failed (see the FAILED lines above)", errVerifyFailed, failed)
+		return fmt.Errorf("%w: %d of %d checks failed (the FAILED lines on stdout say which)", errVerifyFailed, failed, len(rep.checks))
 	}
 	fmt.Fprintf(c.stdout, "Verified: %d checks passed, %d notes\n", len(rep.checks)-notes, notes)
 	return nil
@@ -222,8 +222,11 @@ func checkReceipt(ctx context.Context, tc *tg.ToolCall, keys []verifyKey, rep *r
 	} else {
 		rep.fail("outcome: the receipt says %s, the ToolCall is %s", p.Outcome.Phase, tc.Status.Phase)
 	}
-	if p.Outcome.Ran != ran(tc) {
-		rep.fail("outcome: the receipt says ran=%t, but the ToolCall's status %s a Job", p.Outcome.Ran, map[bool]string{true: "names", false: "names no"}[ran(tc)])
+	switch {
+	case p.Outcome.Ran && !ran(tc):
+		rep.fail("outcome: the receipt says the tool ran, but the ToolCall's status names no Job")
+	case !p.Outcome.Ran && ran(tc):
+		rep.fail("outcome: the receipt says the tool did not run, but the ToolCall's status names Job %s", tc.Status.JobName)
 	}
 	return v
 }

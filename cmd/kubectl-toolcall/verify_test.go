@@ -147,6 +147,12 @@ func TestCheckReceiptBindsTheToolCall(t *testing.T) {
 			tc.Status.Phase = tg.PhaseFailed
 			return tc
 		}, "outcome: the receipt says Succeeded, the ToolCall is Failed"},
+		{"a receipt that says it ran, of a call with no Job", []verifyKey{pub}, func(t *testing.T) *tg.ToolCall {
+			tc, p := ranCall()
+			sign(t, key, tc, p)
+			tc.Status.JobName, tc.Status.JobUID = "", ""
+			return tc
+		}, "outcome: the receipt says the tool ran, but the ToolCall's status names no Job"},
 		{"status.receipt not the envelope's", []verifyKey{pub}, func(t *testing.T) *tg.ToolCall {
 			tc, p := ranCall()
 			sign(t, key, tc, p)
