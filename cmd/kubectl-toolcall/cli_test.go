@@ -297,6 +297,10 @@ func TestUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"get", "a", "-A"}, "a NAME cannot be combined with --all-namespaces"},
 		{[]string{"get", "-l", "a=(b"}, `--selector (-l) "a=(b"`},
 		{[]string{"describe"}, "describe takes exactly one NAME"},
+		{[]string{"receipt"}, "receipt takes exactly one NAME"},
+		{[]string{"verify", "--key", "key.pub"}, "verify takes exactly one NAME"},
+		{[]string{"verify", "refund"}, "--key is required"},
+		{[]string{"verify", "refund", "--key", "key.pub", "--receipts", "log.json"}, "--receipts adds receipts to the chain that --chain checks: pass --chain too"},
 	}
 	for _, c := range cases {
 		code, stdout, stderr := plugin(g, append(c.args, "-n", h.NS)...)
@@ -324,4 +328,10 @@ func TestHelpListsTheExitCodes(t *testing.T) {
 	code, stdout, _ = plugin(g, "get", "--help")
 	g.Expect(code).To(Equal(exitSucceeded))
 	g.Expect(stdout).To(ContainSubstring("-o, --output string"))
+	code, stdout, _ = plugin(g, "verify", "--help")
+	g.Expect(code).To(Equal(exitSucceeded))
+	g.Expect(stdout).To(And(ContainSubstring("--key stringArray"), ContainSubstring("--chain"), ContainSubstring("1  a check failed")))
+	code, stdout, _ = plugin(g, "--help")
+	g.Expect(code).To(Equal(exitSucceeded))
+	g.Expect(stdout).To(And(ContainSubstring("kubectl toolcall receipt NAME"), ContainSubstring("kubectl toolcall verify NAME --key FILE")))
 }

@@ -1,5 +1,6 @@
 // Command kubectl-toolcall is a kubectl plugin for Toolgate ToolCalls: run a tool behind a human
-// approval and wait for its outcome, attach to a ToolCall, list and describe ToolCalls.
+// approval and wait for its outcome, attach to a ToolCall, list and describe ToolCalls, and export and
+// verify their signed receipts.
 //
 // Build it onto the PATH and kubectl finds it:
 //
@@ -19,6 +20,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,7 +56,8 @@ const exitCodesHelp = `Exit codes (run and wait):
   8    Rejected: bad input caught before asking a human (unknown tool, arguments, timeout)
   130  interrupted (Ctrl-C or SIGTERM): run deleted the ToolCall, so Toolgate cancels its request;
        wait left it as it is (or deleted it with --delete-on-interrupt)
-get and describe exit 0 on success, 1 on errors and 2 on usage errors.
+get, describe and receipt exit 0 on success, 1 on errors and 2 on usage errors; verify exits 0 when
+every check passed, 1 when one failed or on errors, 2 on usage errors.
 `
 
 const mainHelp = `kubectl toolcall: run tools behind a human approval with Toolgate.
@@ -67,6 +71,12 @@ Usage:
       List ToolCalls (NAME TOOL PHASE READY DECISION JOB AGE).
   kubectl toolcall describe NAME
       Describe a ToolCall: spec, phase, reason and message, decision and note, deadline, job, result, conditions.
+  kubectl toolcall receipt NAME [--arguments FILE] [--result FILE]
+      Print an ended ToolCall's signed receipt (a DSSE envelope), as cosign verify-blob-attestation reads it;
+      write the canonical arguments and the result it binds to FILEs.
+  kubectl toolcall verify NAME --key FILE [--key FILE]... [--chain [--receipts FILE]]
+      Verify a ToolCall's receipt: its signature, what it binds, and the live Job, Pod and Tool it names;
+      with --chain, every receipt of the namespace and their chain.
 
 Run "kubectl toolcall SUBCOMMAND --help" for a subcommand's flags.
 
@@ -132,7 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, cfg *rest
 	}
 	rest := c.global.Args()
 	if len(rest) == 0 {
-		return c.fail(usagef("", "a subcommand is required: run, wait, get or describe"))
+		return c.fail(usagef("", "a subcommand is required: run, wait, get, describe, receipt or verify"))
 	}
 	var err error
 	switch rest[0] {
@@ -144,11 +154,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, cfg *rest
 		err = c.get(ctx, rest[1:])
 	case "describe":
 		err = c.describe(ctx, rest[1:])
+	case "receipt":
+		err = c.receipt(ctx, rest[1:])
+	case "verify":
+		err = c.verify(ctx, rest[1:])
 	case "help":
 		c.mainHelp(stdout)
 		return exitSucceeded
 	default:
-		err = usagef("", "unknown subcommand %q: use run, wait, get or describe", rest[0])
+		err = usagef("", "unknown subcommand %q: use run, wait, get, describe, receipt or verify", rest[0])
 	}
 	return c.fail(err)
 }
@@ -196,11 +210,23 @@ func (c *cli) parse(name string, fs *pflag.FlagSet, args []string, synopsis stri
 			if name == "run" || name == "wait" {
 				fmt.Fprintf(c.stdout, "\n%s", exitCodesHelp)
 			}
+			if name == "verify" {
+				fmt.Fprintf(c.stdout, "\n%s", verifyExitHelp)
+			}
 			return true, nil
 		}
 		return false, usagef(name, "%v", err)
 	}
 	return false, nil
+}
+
+// scheme holds the toolgate.dev types, and the Jobs and Pods verify reads.
+func scheme() *runtime.Scheme {
+	s := toolcall.Scheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err) // only on a programming error
+	}
+	return s
 }
 
 // connect returns a client and the namespace to work in: -n, else the kubeconfig context's.
@@ -223,7 +249,7 @@ func (c *cli) connect() (client.WithWatch, string, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "kubectl-toolcall"
-	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: toolcall.Scheme()})
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme()})
 	if err != nil {
 		return nil, "", fmt.Errorf("connecting to %s: %w", cfg.Host, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -123,8 +124,10 @@ type Harness struct {
 
 	providerOpts reference.Options
 	clientOpts   provider.Options
-	noManager    bool
-	providerTLS  *tls.Certificate
+	// logger, when set (WithLogger), is the managers' logger.
+	logger      *logr.Logger
+	noManager   bool
+	providerTLS *tls.Certificate
 	// externalURL and externalCredential, when set, are the provider the manager's client talks to.
 	externalURL, externalCredential string
 
@@ -222,6 +225,9 @@ func (h *Harness) Start() {
 	h.T.Helper()
 	mo := controllers.ManagerOptions(h.Opts)
 	mo.NewClient, mo.NewCache = h.NewClient, h.NewCache
+	if h.logger != nil {
+		mo.Logger = *h.logger
+	}
 	mo.Controller.SkipNameValidation = ptr.To(true) // several managers in one test process
 	mgr, err := ctrl.NewManager(h.Env.Config, mo)
 	h.G.Expect(err).NotTo(HaveOccurred())

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	"toolgate.dev/toolgate/internal/provider"
@@ -54,3 +55,7 @@ func WithExternalProvider(baseURL, credential string) Option {
 
 // WithoutManager leaves the manager stopped: the test starts it (Start) or runs its own.
 func WithoutManager() Option { return func(h *Harness) { h.noManager = true } }
+
+// WithLogger gives the harness's managers the logger l (controller-runtime's Logger option), e.g. one
+// that writes the JSON log the manager's binary writes, for a test that reads that log.
+func WithLogger(l logr.Logger) Option { return func(h *Harness) { h.logger = &l } }
