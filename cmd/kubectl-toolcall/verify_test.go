@@ -244,7 +244,7 @@ func TestCheckLiveComparesTheJobPodAndTool(t *testing.T) {
 			tl.UID = "new-uid"
 			return []client.Object{j, p, tl}
 		},
-			"tool: issue-refund exists with uid new-uid, but the receipt names uid tool-uid", ""},
+			"", "tool: issue-refund exists with uid new-uid, but the receipt names uid tool-uid"},
 		{"Tool deleted", false, func(j *batchv1.Job, p *corev1.Pod, tl *tg.Tool) []client.Object { return []client.Object{j, p} },
 			"", "tool: issue-refund " + gone},
 		{"denied, no Job", true, func(j *batchv1.Job, p *corev1.Pod, tl *tg.Tool) []client.Object { return []client.Object{tl} }, "", ""},
