@@ -33,6 +33,11 @@ var (
 		Help: "Age (seconds since creation) of the oldest ToolCall awaiting a decision, by namespace and mode (sync: long-polled; async: its provider delivers notifications).",
 	}, []string{"namespace", "mode"})
 
+	withoutReceipt = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolgate_ended_toolcalls_without_receipt",
+		Help: "ToolCalls that ended (a terminal phase) and hold no signed receipt yet, by namespace (every namespace that has any ToolCall, 0 included).",
+	}, []string{"namespace"})
+
 	providerReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "toolgate_provider_ready",
 		Help: "1 when the provider object's Ready condition is True, else 0, by provider (ApprovalProvider/<namespace>/<name>, ClusterApprovalProvider/<name>).",
@@ -67,6 +72,7 @@ func init() { metrics.Registry.MustRegister(states) }
 // Describe implements prometheus.Collector.
 func (s *stateGauges) Describe(ch chan<- *prometheus.Desc) {
 	toolCallsByPhase.Describe(ch)
+	withoutReceipt.Describe(ch)
 	oldestWaiting.Describe(ch)
 	providerReady.Describe(ch)
 }
@@ -80,6 +86,7 @@ func (s *stateGauges) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	toolCallsByPhase.Reset()
+	withoutReceipt.Reset()
 	oldestWaiting.Reset()
 	providerReady.Reset()
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
@@ -90,6 +97,7 @@ func (s *stateGauges) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	toolCallsByPhase.Collect(ch)
+	withoutReceipt.Collect(ch)
 	oldestWaiting.Collect(ch)
 	providerReady.Collect(ch)
 }
@@ -129,6 +137,7 @@ func (src *stateSource) collect(ctx context.Context) error {
 		return err
 	}
 	counts := map[string]map[tg.ToolCallPhase]int{}
+	unsigned := map[string]int{}
 	type waitKey struct{ namespace, mode string }
 	oldest := map[waitKey]time.Time{}
 	for i := range calls.Items {
@@ -137,6 +146,9 @@ func (src *stateSource) collect(ctx context.Context) error {
 			counts[tc.Namespace] = map[tg.ToolCallPhase]int{}
 		}
 		counts[tc.Namespace][tc.Status.Phase.OrPending()]++
+		if tc.Status.Phase.IsTerminal() && tc.Status.Receipt == nil {
+			unsigned[tc.Namespace]++
+		}
 		if tc.Status.Phase != tg.PhaseAwaitingApproval || tc.Status.Decision != nil {
 			continue
 		}
@@ -149,6 +161,7 @@ func (src *stateSource) collect(ctx context.Context) error {
 		for _, p := range allPhases {
 			toolCallsByPhase.WithLabelValues(ns, string(p)).Set(float64(byPhase[p]))
 		}
+		withoutReceipt.WithLabelValues(ns).Set(float64(unsigned[ns]))
 	}
 	now := src.clock.Now()
 	for key, created := range oldest {

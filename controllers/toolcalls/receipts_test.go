@@ -239,6 +239,8 @@ func TestReceiptKeyThatCannotSignHoldsTheCallUntilFixed(t *testing.T) {
 	h.WaitPhase("held", tg.PhaseDenied)
 	g.Consistently(func() *tg.Receipt { return h.Get("held").Status.Receipt }).WithTimeout(2 * time.Second).Should(BeNil())
 	g.Expect(h.Get("held").Finalizers).To(ContainElement(tg.Finalizer), "the call is kept until it holds its receipt")
+	unsigned := map[string]string{"namespace": h.NS}
+	g.Expect(th.MetricValue("toolgate_ended_toolcalls_without_receipt", unsigned)).To(BeEquivalentTo(1), "the gauge behind ToolgateReceiptsNotSigned")
 
 	s := &corev1.Secret{}
 	g.Expect(h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: toolcalls.ReceiptKeySecret}, s)).To(Succeed())
@@ -248,6 +250,7 @@ func TestReceiptKeyThatCannotSignHoldsTheCallUntilFixed(t *testing.T) {
 	_, v := waitReceipt(h, "held", k)
 	g.Expect(v.Predicate.Outcome.NotRun).To(Equal(receipt.NotRunDenied))
 	g.Eventually(func() []string { return h.Get("held").Finalizers }).Should(BeEmpty())
+	g.Eventually(func() float64 { return th.MetricValue("toolgate_ended_toolcalls_without_receipt", unsigned) }).Should(BeZero())
 }
 
 // Whoever may write Leases in the manager's namespace may rewrite a chain head, but not hide it:

@@ -45,7 +45,7 @@ var standardMetrics = map[string][]string{
 
 // replicatedGauges are computed from the cache by every replica alike: summing them across Pods
 // would count each call once per replica.
-var replicatedGauges = []string{"toolgate_toolcalls", "toolgate_oldest_waiting_toolcall_seconds", "toolgate_provider_ready"}
+var replicatedGauges = []string{"toolgate_toolcalls", "toolgate_ended_toolcalls_without_receipt", "toolgate_oldest_waiting_toolcall_seconds", "toolgate_provider_ready"}
 
 // grafanaVariables are what the dashboard's variables stand for when its queries are parsed.
 var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h", "${namespace}", ".*", "$namespace", ".*")
