@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/toolcalls"
 	"toolgate.dev/toolgate/internal/receipt"
+	"toolgate.dev/toolgate/test/testenv"
 )
 
 // In one namespace, a call that ran, a denied call and a call whose approval arrived already expired
@@ -53,37 +55,39 @@ func TestReceiptsVerifyWithCosign(t *testing.T) {
 		waitStatusReceipt(g, tc)
 	}
 
-	// The manager's public key, as a user reads it.
-	secret := &corev1.Secret{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: toolcalls.ReceiptKeySecret}, secret)).To(Succeed())
-	pubPEM := secret.Data[toolcalls.ReceiptPublicKeyField]
-	g.Expect(pubPEM).NotTo(BeEmpty(), "Secret %s/%s has no %s", systemNamespace, toolcalls.ReceiptKeySecret, toolcalls.ReceiptPublicKeyField)
+	// docs/receipts-cosign.md, run as written on the call that ran: kubectl writes the manager's public
+	// key, the receipt, the arguments and the result, and cosign verifies the receipt for both and
+	// refuses it for arguments changed by one byte.
+	runReceiptsPage(t, g, cosign, dir, ns, ran.Name)
+	pubPEM := readFile(g, dir, "key.pub")
 	pub, err := receipt.ParseKey(pubPEM)
 	g.Expect(err).NotTo(HaveOccurred())
-	keyFile := writeFile(g, dir, "key.pub", pubPEM)
+	secret := &corev1.Secret{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: toolcalls.ReceiptKeySecret}, secret)).To(Succeed())
+	g.Expect(pubPEM).To(Equal(secret.Data[toolcalls.ReceiptPublicKeyField]))
+	g.Expect(string(readFile(g, dir, "receipt.json"))).To(Equal(ran.Status.Receipt.Envelope))
+	args := canonicalArguments(g, ran)
+	g.Expect(readFile(g, dir, "arguments.json")).To(Equal(args), "kubectl wrote the arguments in their canonical form")
+	g.Expect(string(readFile(g, dir, "result.json"))).To(Equal(ran.Status.Result))
+
+	// cosign refuses any one byte changed, of the result too, and the receipt with another key.
+	keyFile, envelope := filepath.Join(dir, "key.pub"), filepath.Join(dir, "receipt.json")
+	const noSubject = "no matching subject digest found"
+	cosign.expectRefused(g, keyFile, envelope, writeFile(g, dir, "arguments.changed.json", oneByteChanged(args)), noSubject)
+	cosign.expectRefused(g, keyFile, envelope, writeFile(g, dir, "result.changed.json", oneByteChanged([]byte(ran.Status.Result))), noSubject)
 	otherPriv, err := receipt.GenerateECDSA()
 	g.Expect(err).NotTo(HaveOccurred())
 	other, err := receipt.ParseKey(otherPriv)
 	g.Expect(err).NotTo(HaveOccurred())
 	otherPEM, err := receipt.PublicPEM(other)
 	g.Expect(err).NotTo(HaveOccurred())
-	otherKeyFile := writeFile(g, dir, "other.pub", otherPEM)
-
-	// cosign: the ran call's receipt binds its canonical arguments and its result, byte for byte.
-	envelope := writeFile(g, dir, "approved.envelope.json", []byte(ran.Status.Receipt.Envelope))
-	args := canonicalArguments(g, ran)
-	argsFile := writeFile(g, dir, "approved.args.json", args)
-	resultFile := writeFile(g, dir, "approved.result.json", []byte(ran.Status.Result))
-	cosign.expectVerified(g, keyFile, envelope, argsFile)
-	cosign.expectVerified(g, keyFile, envelope, resultFile)
-	const noSubject = "no matching subject digest found"
-	cosign.expectRefused(g, keyFile, envelope, writeFile(g, dir, "approved.args.changed.json", oneByteChanged(args)), noSubject)
-	cosign.expectRefused(g, keyFile, envelope, writeFile(g, dir, "approved.result.changed.json", oneByteChanged([]byte(ran.Status.Result))), noSubject)
-	cosign.expectRefused(g, otherKeyFile, envelope, argsFile, "accepted signatures do not match threshold")
-	// The calls that did not run bind their arguments too.
+	cosign.expectRefused(g, writeFile(g, dir, "other.pub", otherPEM), envelope, filepath.Join(dir, "arguments.json"),
+		"accepted signatures do not match threshold")
+	// The calls that did not run: their receipts bind their arguments, and have no result to bind.
 	for _, tc := range []*tg.ToolCall{denied, expired} {
-		cosign.expectVerified(g, keyFile, writeFile(g, dir, tc.Name+".envelope.json", []byte(tc.Status.Receipt.Envelope)),
-			writeFile(g, dir, tc.Name+".args.json", canonicalArguments(g, tc)))
+		env := writeFile(g, dir, tc.Name+".receipt.json", []byte(tc.Status.Receipt.Envelope))
+		cosign.expectVerified(g, keyFile, env, writeFile(g, dir, tc.Name+".arguments.json", canonicalArguments(g, tc)))
+		g.Expect(tc.Status.Result).To(BeEmpty())
 	}
 
 	// What the receipts say, against the live objects.
@@ -132,6 +136,43 @@ func TestReceiptsVerifyWithCosign(t *testing.T) {
 		return k8s.Get(ctx, client.ObjectKeyFromObject(denied), &tg.ToolCall{})
 	}).WithTimeout(stepTimeout).Should(MatchError(ContainSubstring("not found")))
 	expectLoggedChain(g, ns, pub, statusReceipts)
+}
+
+// runReceiptsPage runs the sh blocks of docs/receipts-cosign.md in dir, as written, for ToolCall call of
+// namespace ns (the page's NS and CALL), with cosign on the PATH; blocks marked "receipts test: fails
+// with" must fail saying so, and each cosign verification of the others must print Verified OK.
+func runReceiptsPage(t *testing.T, g Gomega, cosign cosignCLI, dir, ns, call string) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	page, err := os.ReadFile(filepath.Join(root, "docs", "receipts-cosign.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	blocks := quickStartBlocks(string(page))
+	verifications := 0
+	for i, b := range blocks {
+		if b.skip != "" {
+			t.Logf("docs/receipts-cosign.md block %d skipped: %s", i+1, b.skip)
+			continue
+		}
+		cmd := exec.Command("bash", "-c", "set -eo pipefail\n"+b.text)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "NS="+ns, "CALL="+call, "HOME="+cosign.home,
+			"PATH="+filepath.Dir(cosign.bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		t.Logf("$ %s%s", b.text, out)
+		if b.failsWith != "" {
+			g.Expect(err).To(HaveOccurred(), "docs/receipts-cosign.md block %d must fail:\n%s", i+1, b.text)
+			g.Expect(string(out)).To(ContainSubstring(b.failsWith), "docs/receipts-cosign.md block %d", i+1)
+			g.Expect(string(out)).NotTo(ContainSubstring("Verified OK"))
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred(), "docs/receipts-cosign.md block %d failed:\n%s\n--- output:\n%s", i+1, b.text, out)
+		if n := strings.Count(b.text, "cosign verify-blob-attestation"); n > 0 {
+			g.Expect(strings.Count(string(out), "Verified OK")).To(Equal(n), "docs/receipts-cosign.md block %d", i+1)
+			verifications += n
+		}
+	}
+	g.Expect(verifications).To(Equal(2), "the page verifies the arguments and the result")
 }
 
 // submitNamed creates the sample ToolCall under name and waits until a human is asked.
@@ -260,6 +301,12 @@ func digestOf(imageID string) string {
 		return ""
 	}
 	return imageID[i:]
+}
+
+func readFile(g Gomega, dir, name string) []byte {
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	g.Expect(err).NotTo(HaveOccurred())
+	return data
 }
 
 func writeFile(g Gomega, dir, name string, data []byte) string {
