@@ -3,7 +3,8 @@
 # written on it (test/e2e TestQuickStart: install with the chart, a call to Succeeded, uninstall),
 # installs Toolgate (hack/cluster.sh install: the chart with config/dev/values.yaml, and the reference
 # provider), runs the rest of the e2e suite in test/e2e against it, and stops the cluster again, also
-# when the suite fails.
+# when the suite fails. The receipts test builds cosign from hack/tools/cosign on its first run, into
+# ${TOOLGATE_CACHE:-~/.cache/toolgate}/tools/cosign-<version>/ (several minutes cold, nothing after).
 # Arguments are passed to `go test`. E2E_KEEP_CLUSTER=1 leaves the cluster running afterwards.
 set -euo pipefail
 

@@ -100,9 +100,11 @@ type quickStartBlock struct {
 	text, skip, failsWith string
 }
 
+// The marker lines, of docs/quick-start.md ("quick-start test: ...") and of docs/receipts-cosign.md,
+// which TestReceiptsVerifyWithCosign runs the same way ("receipts test: ...").
 var (
-	skipMarker  = regexp.MustCompile(`^<!-- quick-start test: skip \((.+)\) -->$`)
-	failsMarker = regexp.MustCompile(`^<!-- quick-start test: fails with "(.+)" -->$`)
+	skipMarker  = regexp.MustCompile(`^<!-- (?:quick-start|receipts) test: skip \((.+)\) -->$`)
+	failsMarker = regexp.MustCompile(`^<!-- (?:quick-start|receipts) test: fails with "(.+)" -->$`)
 )
 
 // quickStartBlocks returns the page's sh blocks in order, with what their marker line says.
