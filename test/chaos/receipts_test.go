@@ -1,0 +1,318 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tg "toolgate.dev/toolgate/api/v1alpha1"
+	"toolgate.dev/toolgate/controllers/toolcalls"
+	"toolgate.dev/toolgate/internal/receipt"
+	th "toolgate.dev/toolgate/test/testharness"
+)
+
+// Receipts: every ToolCall that ended holds one signed receipt that says what happened to it, and each
+// namespace's receipts form one unbroken chain across the kills. A ToolCall the run deleted after it
+// ended is gone with its status; its receipt is read from the log line the manager writes once the
+// receipt is in the status ("Receipt signed", the envelope under "receipt"), which every manager
+// process of the run keeps (fleet), so that the chain is checked whole.
+const (
+	invNoReceipt    = "ended ToolCalls without a receipt in status.receipt"
+	invBadReceipt   = "receipts the manager's public key does not verify, or that misstate their ToolCall (uid, phase, arguments, result, Job)"
+	invTwoReceipts  = "ToolCalls with more than one receipt (their status and the managers' logs), or receipts of no ToolCall of the run"
+	invChainBroken  = "breaks in a namespace's chain of receipts across the kills (gaps, forks, broken links, a head that is not its last receipt)"
+	invReceiptCount = "runs whose receipts are not one per ended ToolCall"
+)
+
+// receiptWait bounds the wait, once every ToolCall ended, for the receipts of those that ended last: a
+// receipt is written by the reconcile that ends its call, or by the first reconcile of the next
+// manager when a kill came in between, so the last manager, which is no longer killed, writes the
+// ones still missing within its start.
+const receiptWait = time.Minute
+
+// fleet keeps every manager process of a run, so that their logs can be read at the end.
+type fleet struct {
+	mu    sync.Mutex
+	procs []*th.Process
+}
+
+func (f *fleet) add(p *th.Process) *th.Process {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.procs = append(f.procs, p)
+	return p
+}
+
+func (f *fleet) logs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.procs))
+	for _, p := range f.procs {
+		out = append(out, p.Log())
+	}
+	return out
+}
+
+// loggedReceipt is a "Receipt signed" log line.
+type loggedReceipt struct {
+	Msg       string `json:"msg"`
+	Namespace string `json:"receiptNamespace"`
+	ToolCall  string `json:"receiptToolCall"`
+	UID       string `json:"toolCallUID"`
+	Digest    string `json:"digest"`
+	Receipt   string `json:"receipt"`
+}
+
+// receiptsOfLogs reads the receipts the managers logged; lines that mention a receipt but do not
+// decode are returned as problems.
+func receiptsOfLogs(logs []string) (found []loggedReceipt, problems []string) {
+	for n, log := range logs {
+		sc := bufio.NewScanner(strings.NewReader(log))
+		sc.Buffer(make([]byte, 0, 64*1024), 4*receipt.MaxEnvelopeBytes)
+		for line := 1; sc.Scan(); line++ {
+			text := sc.Text()
+			if !strings.Contains(text, `"Receipt signed"`) {
+				continue
+			}
+			var l loggedReceipt
+			if err := json.Unmarshal([]byte(text), &l); err != nil || l.Msg != "Receipt signed" || l.Receipt == "" {
+				problems = append(problems, fmt.Sprintf("manager %d, line %d: a receipt's log line that does not decode (%v)", n, line, err))
+				continue
+			}
+			found = append(found, l)
+		}
+		if err := sc.Err(); err != nil {
+			problems = append(problems, fmt.Sprintf("manager %d: reading its log: %v", n, err))
+		}
+	}
+	return found, problems
+}
+
+// withoutReceipt lists the ToolCalls of the run that ended and hold no receipt yet.
+func withoutReceipt(ctx context.Context, h *th.Harness, all []*call) []string {
+	list := &tg.ToolCallList{}
+	if err := h.K8s.List(ctx, list, client.InNamespace(h.NS)); err != nil {
+		return []string{"listing the ToolCalls: " + err.Error()}
+	}
+	ours := map[types.UID]bool{}
+	for _, c := range all {
+		ours[c.uid] = true
+	}
+	var out []string
+	for _, tc := range list.Items {
+		if ours[tc.UID] && tc.Status.Phase.IsTerminal() && tc.Status.Receipt == nil {
+			out = append(out, fmt.Sprintf("%s (%s %s)", tc.Name, tc.Status.Phase, tc.Status.Reason))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// receiptTally is what the report says of the receipts.
+type receiptTally struct {
+	checked   int              // distinct receipts verified
+	inStatus  int              // of them, held by a ToolCall that exists
+	ofDeleted int              // of them, of deleted ToolCalls (read from the managers' logs only)
+	logged    int              // "Receipt signed" log lines read
+	ended     int              // ToolCalls that ended: terminal ones that exist, and deleted ones with a receipt
+	last      map[string]int64 // namespace -> its last sequence
+}
+
+func (t receiptTally) String() string {
+	ns := make([]string, 0, len(t.last))
+	for n, seq := range t.last {
+		ns = append(ns, fmt.Sprintf("%s %d", n, seq))
+	}
+	slices.Sort(ns)
+	return fmt.Sprintf("%d checked for %d ended ToolCalls (%d in the status of ToolCalls that exist, %d of deleted ToolCalls from the managers' logs; %d log lines read), %d namespaces, last sequence: %s",
+		t.checked, t.ended, t.inStatus, t.ofDeleted, t.logged, len(t.last), strings.Join(ns, ", "))
+}
+
+// receipts checks the run's receipts: each ended ToolCall holds one, which the manager's public key
+// verifies and which names the call, its phase, its arguments and, for a call that ran, its result and
+// its Job; no call has two; each namespace's chain, deleted calls' receipts included, runs from 1
+// without a gap, a fork or a broken link, up to the head the manager keeps.
+func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs []string) error {
+	key, err := managerPublicKey(ctx, h)
+	if err != nil {
+		return err
+	}
+	list := &tg.ToolCallList{}
+	if err := h.K8s.List(ctx, list, client.InNamespace(h.NS)); err != nil {
+		return err
+	}
+	byUID := map[types.UID]*tg.ToolCall{}
+	for i := range list.Items {
+		byUID[list.Items[i].UID] = &list.Items[i]
+	}
+	jobs := &batchv1.JobList{}
+	if err := h.K8s.List(ctx, jobs, client.InNamespace(h.NS)); err != nil {
+		return err
+	}
+	jobOf := map[string]types.UID{}
+	for _, j := range jobs.Items {
+		jobOf[j.Labels[tg.LabelToolCallUID]] = j.UID
+	}
+	logged, problems := receiptsOfLogs(logs)
+	for _, p := range problems {
+		r.flag(invBadReceipt, "%s", p)
+	}
+	loggedOf := map[string][]loggedReceipt{}
+	for _, l := range logged {
+		loggedOf[l.UID] = append(loggedOf[l.UID], l)
+	}
+	t := receiptTally{logged: len(logged), last: map[string]int64{}}
+	var chain []*receipt.Verified
+	ours := map[string]bool{}
+	for _, c := range all {
+		uid := string(c.uid)
+		ours[uid] = true
+		tc := byUID[c.uid]
+		// The call's receipts: the one in its status, and every one logged for it.
+		envelopes := map[string]string{} // digest -> envelope
+		if tc != nil && tc.Status.Phase.IsTerminal() {
+			t.ended++
+			if tc.Status.Receipt == nil {
+				r.flag(invNoReceipt, "%s (%s %s)", c.name, tc.Status.Phase, tc.Status.Reason)
+			} else {
+				envelopes[tc.Status.Receipt.Digest] = tc.Status.Receipt.Envelope
+				t.inStatus++
+			}
+		}
+		for _, l := range loggedOf[uid] {
+			envelopes[l.Digest] = l.Receipt
+		}
+		if tc == nil && len(envelopes) > 0 {
+			t.ended++ // deleted once it had ended: its receipt is in a log only
+			t.ofDeleted++
+		}
+		if len(envelopes) > 1 {
+			r.flag(invTwoReceipts, "%s: %d receipts (%s)", c.name, len(envelopes), strings.Join(slices.Sorted(maps.Keys(envelopes)), ", "))
+		}
+		for _, env := range envelopes {
+			v, err := receipt.Verify(ctx, []byte(env), key)
+			if err != nil {
+				r.flag(invBadReceipt, "%s: %v", c.name, err)
+				continue
+			}
+			for _, p := range misstatements(c, tc, v, jobOf[uid]) {
+				r.flag(invBadReceipt, "%s (sequence %d): %s", c.name, v.Predicate.Chain.Sequence, p)
+			}
+			chain = append(chain, v)
+			t.last[v.Predicate.Chain.Namespace] = max(t.last[v.Predicate.Chain.Namespace], v.Predicate.Chain.Sequence)
+		}
+	}
+	for uid, ls := range loggedOf {
+		if !ours[uid] {
+			r.flag(invTwoReceipts, "receipt %s logged for ToolCall %s/%s (uid %s), which is no ToolCall of the run", ls[0].Digest, ls[0].Namespace, ls[0].ToolCall, uid)
+		}
+	}
+	t.checked = len(chain)
+	for _, p := range receipt.CheckChain(chain, 1) {
+		r.flag(invChainBroken, "%s", p)
+	}
+	for ns, last := range t.last {
+		if p := headProblem(ctx, h, ns, last, chain); p != "" {
+			r.flag(invChainBroken, "namespace %s: %s", ns, p)
+		}
+	}
+	if t.checked != t.ended {
+		r.flag(invReceiptCount, "%d receipts for %d ended ToolCalls", t.checked, t.ended)
+	}
+	r.receiptTally = t
+	return nil
+}
+
+// misstatements compares a verified receipt with the ToolCall it names (nil once deleted: then only
+// with what the agent created) and with the call's Job.
+func misstatements(c *call, tc *tg.ToolCall, v *receipt.Verified, job types.UID) []string {
+	var out []string
+	p := v.Predicate
+	if p.ToolCall.UID != string(c.uid) || p.ToolCall.Name != c.name {
+		out = append(out, fmt.Sprintf("names ToolCall %s (uid %s)", p.ToolCall.Name, p.ToolCall.UID))
+	}
+	args, err := receipt.CanonicalArguments([]byte(c.args))
+	if err != nil || !v.Matches(receipt.SubjectArguments, args) {
+		out = append(out, fmt.Sprintf("its arguments subject %q is not the digest of the canonical arguments %s", v.Subjects[receipt.SubjectArguments], args))
+	}
+	if p.Outcome.Ran != (job != "") {
+		out = append(out, fmt.Sprintf("outcome.ran is %t, and the call's Job is %q", p.Outcome.Ran, job))
+	}
+	if p.Outcome.Ran && (p.Execution == nil || types.UID(p.Execution.JobUID) != job) {
+		out = append(out, fmt.Sprintf("its execution %+v does not name the call's Job %s", p.Execution, job))
+	}
+	if tc == nil {
+		return out
+	}
+	s := tc.Status
+	if p.ToolCall.Namespace != tc.Namespace || p.Chain.Namespace != tc.Namespace {
+		out = append(out, fmt.Sprintf("names namespace %s, chain %s", p.ToolCall.Namespace, p.Chain.Namespace))
+	}
+	if p.Outcome.Phase != string(s.Phase) || p.Outcome.Reason != s.Reason {
+		out = append(out, fmt.Sprintf("outcome %s %s, the ToolCall ended %s %s", p.Outcome.Phase, p.Outcome.Reason, s.Phase, s.Reason))
+	}
+	if s.JobUID != "" || p.Outcome.Ran {
+		if p.Execution == nil || types.UID(p.Execution.JobUID) != s.JobUID {
+			out = append(out, fmt.Sprintf("execution.jobUID is not status.jobUID %q", s.JobUID))
+		}
+		if !v.Matches(receipt.SubjectResult, []byte(s.Result)) {
+			out = append(out, fmt.Sprintf("its result subject %q is not the digest of status.result %q", v.Subjects[receipt.SubjectResult], s.Result))
+		}
+	}
+	if rec := s.Receipt; rec != nil && v.Digest == rec.Digest &&
+		(rec.Sequence != p.Chain.Sequence || rec.Previous != p.Chain.Previous || rec.KeyID != p.Signer.KeyID || rec.KeyID != v.KeyID) {
+		out = append(out, fmt.Sprintf("status.receipt says sequence %d, previous %q, key %s; the envelope %d, %q, key %s (verified by %s)",
+			rec.Sequence, rec.Previous, rec.KeyID, p.Chain.Sequence, p.Chain.Previous, p.Signer.KeyID, v.KeyID))
+	}
+	return out
+}
+
+// managerPublicKey reads the public key the manager published with its receipt key: the run's managers
+// keep their Secrets in the run's namespace (--cluster-resource-namespace).
+func managerPublicKey(ctx context.Context, h *th.Harness) (receipt.Key, error) {
+	s := &corev1.Secret{}
+	if err := h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: toolcalls.ReceiptKeySecret}, s); err != nil {
+		return nil, fmt.Errorf("reading the manager's receipt key: %w", err)
+	}
+	key, err := receipt.ParseKey(s.Data[toolcalls.ReceiptPublicKeyField])
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s/%s field %q: %w", h.NS, toolcalls.ReceiptKeySecret, toolcalls.ReceiptPublicKeyField, err)
+	}
+	return key, nil
+}
+
+// headProblem compares the chain head the manager keeps for namespace ns (ConfigMap
+// toolgate-receipts.<ns> in its own namespace) with the last receipt found.
+func headProblem(ctx context.Context, h *th.Harness, ns string, last int64, chain []*receipt.Verified) string {
+	cm := &corev1.ConfigMap{}
+	if err := h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + ns}, cm); err != nil {
+		return "reading its chain head: " + err.Error()
+	}
+	seq, err := strconv.ParseInt(cm.Data["sequence"], 10, 64)
+	if err != nil {
+		return fmt.Sprintf("its chain head's sequence %q: %v", cm.Data["sequence"], err)
+	}
+	var digests []string
+	for _, v := range chain {
+		if v.Predicate.Chain.Namespace == ns && v.Predicate.Chain.Sequence == last {
+			digests = append(digests, v.Digest)
+		}
+	}
+	if seq != last || !slices.Contains(digests, cm.Data["digest"]) {
+		return fmt.Sprintf("its chain head names receipt %d %s (ToolCall %s), but the last receipt found is %d %v",
+			seq, cm.Data["digest"], cm.Data["toolCall"], last, digests)
+	}
+	return ""
+}
