@@ -181,37 +181,46 @@ func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs 
 		ours[uid] = true
 		tc := byUID[c.uid]
 		// The call's receipts: the one in its status, and every one logged for it.
-		envelopes := map[string]string{} // digest -> envelope
+		var envelopes []string
+		var inStatus *tg.Receipt
 		if tc != nil && tc.Status.Phase.IsTerminal() {
 			t.ended++
-			if tc.Status.Receipt == nil {
+			if inStatus = tc.Status.Receipt; inStatus == nil {
 				r.flag(invNoReceipt, "%s (%s %s)", c.name, tc.Status.Phase, tc.Status.Reason)
 			} else {
-				envelopes[tc.Status.Receipt.Digest] = tc.Status.Receipt.Envelope
+				envelopes = append(envelopes, inStatus.Envelope)
 				t.inStatus++
 			}
 		}
 		for _, l := range loggedOf[uid] {
-			envelopes[l.Digest] = l.Receipt
+			envelopes = append(envelopes, l.Receipt)
 		}
 		if tc == nil && len(envelopes) > 0 {
 			t.ended++ // deleted once it had ended: its receipt is in a log only
 			t.ofDeleted++
 		}
-		if len(envelopes) > 1 {
-			r.flag(invTwoReceipts, "%s: %d receipts (%s)", c.name, len(envelopes), strings.Join(slices.Sorted(maps.Keys(envelopes)), ", "))
-		}
-		for _, env := range envelopes {
+		verified := map[string]bool{} // by digest
+		for i, env := range envelopes {
 			v, err := receipt.Verify(ctx, []byte(env), key)
 			if err != nil {
 				r.flag(invBadReceipt, "%s: %v", c.name, err)
 				continue
 			}
+			if i == 0 && inStatus != nil && v.Digest != inStatus.Digest {
+				r.flag(invBadReceipt, "%s: status.receipt.digest is %s, its envelope's statement %s", c.name, inStatus.Digest, v.Digest)
+			}
+			if verified[v.Digest] {
+				continue // the same receipt, in the status and in a log
+			}
+			verified[v.Digest] = true
 			for _, p := range misstatements(c, tc, v, jobOf[uid]) {
 				r.flag(invBadReceipt, "%s (sequence %d): %s", c.name, v.Predicate.Chain.Sequence, p)
 			}
 			chain = append(chain, v)
 			t.last[v.Predicate.Chain.Namespace] = max(t.last[v.Predicate.Chain.Namespace], v.Predicate.Chain.Sequence)
+		}
+		if len(verified) > 1 {
+			r.flag(invTwoReceipts, "%s: %d receipts (%s)", c.name, len(verified), strings.Join(slices.Sorted(maps.Keys(verified)), ", "))
 		}
 	}
 	for uid, ls := range loggedOf {
