@@ -136,7 +136,7 @@ func (t receiptTally) String() string {
 		ns = append(ns, fmt.Sprintf("%s %d", n, seq))
 	}
 	slices.Sort(ns)
-	return fmt.Sprintf("%d checked for %d ended ToolCalls (%d in the status of ToolCalls that exist, %d of deleted ToolCalls from the managers' logs; %d log lines read), %d namespaces, last sequence: %s",
+	return fmt.Sprintf("%d checked for %d ended ToolCalls (%d in the status of ToolCalls that exist, %d of deleted ToolCalls from the managers' logs; %d log lines read); namespaces: %d; last sequence: %s",
 		t.checked, t.ended, t.inStatus, t.ofDeleted, t.logged, len(t.last), strings.Join(ns, ", "))
 }
 
