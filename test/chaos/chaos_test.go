@@ -120,6 +120,8 @@ func runChaos(t *testing.T, v variant, s uint64) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	watched, err := watchReceipts(ctx, h) // every receipt, those of deleted ToolCalls included
+	g.Expect(err).NotTo(HaveOccurred())
 	start := time.Now()
 
 	// The manager: killed and restarted until the chaos window ends.
@@ -358,7 +360,7 @@ func runChaos(t *testing.T, v variant, s uint64) {
 		rep.notified = notified(ctx, h)
 	}
 	rep.evidence(rules, duringChaos)
-	g.Expect(rep.receipts(ctx, h, all, managers.logs())).To(Succeed())
+	g.Expect(rep.receipts(ctx, h, all, managers.logs(), watched)).To(Succeed())
 	rep.print(t)
 	g.Expect(rep.violations()).To(BeEmpty(), "invariant violations")
 }

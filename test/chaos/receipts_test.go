@@ -14,7 +14,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -27,7 +29,9 @@ import (
 // namespace's receipts form one unbroken chain across the kills. A ToolCall the run deleted after it
 // ended is gone with its status; its receipt is read from the log line the manager writes once the
 // receipt is in the status ("Receipt signed", the envelope under "receipt"), which every manager
-// process of the run keeps (fleet), so that the chain is checked whole.
+// process of the run keeps (fleet), so that the chain is checked whole. A kill between the status
+// write and the line leaves a receipt in no log: a watch of the run's ToolCalls (receiptWatch) keeps
+// every receipt a ToolCall showed, the last state of a deleted one included.
 const (
 	invNoReceipt    = "ended ToolCalls without a receipt in status.receipt"
 	invBadReceipt   = "receipts the manager's public key does not verify, or that misstate their ToolCall (uid, phase, arguments, result, Job)"
@@ -122,12 +126,15 @@ func withoutReceipt(ctx context.Context, h *th.Harness, all []*call) []string {
 
 // receiptTally is what the report says of the receipts.
 type receiptTally struct {
-	checked   int              // distinct receipts verified
-	inStatus  int              // of them, held by a ToolCall that exists
-	ofDeleted int              // of them, of deleted ToolCalls (read from the managers' logs only)
-	logged    int              // "Receipt signed" log lines read
+	checked   int // distinct receipts verified
+	inStatus  int // of them, held by a ToolCall that exists
+	ofDeleted int // of them, of deleted ToolCalls (from the managers' logs and the watch)
+	logged    int // "Receipt signed" log lines read
+	unlogged  int // receipts in no log line (the manager killed between the write and the line)
 	ended     int              // ToolCalls that ended: terminal ones that exist, and deleted ones with a receipt
 	last      map[string]int64 // namespace -> its last sequence
+	// watchRestarts counts the watches of the ToolCalls started again from a list (history expired).
+	watchRestarts int
 }
 
 func (t receiptTally) String() string {
@@ -136,15 +143,22 @@ func (t receiptTally) String() string {
 		ns = append(ns, fmt.Sprintf("%s %d", n, seq))
 	}
 	slices.Sort(ns)
-	return fmt.Sprintf("%d checked for %d ended ToolCalls (%d in the status of ToolCalls that exist, %d of deleted ToolCalls from the managers' logs; %d log lines read); namespaces: %d; last sequence: %s",
-		t.checked, t.ended, t.inStatus, t.ofDeleted, t.logged, len(t.last), strings.Join(ns, ", "))
+	return fmt.Sprintf("%d checked for %d ended ToolCalls (%d in the status of ToolCalls that exist, %d of deleted ToolCalls from the managers' logs and a watch of the ToolCalls; %d log lines read, %d receipts in none: the manager killed between the write and the line; %d watches restarted from a list); namespaces: %d; last sequence: %s",
+		t.checked, t.ended, t.inStatus, t.ofDeleted, t.logged, t.unlogged, t.watchRestarts, len(t.last), strings.Join(ns, ", "))
 }
 
 // receipts checks the run's receipts: each ended ToolCall holds one, which the manager's public key
 // verifies and which names the call, its phase, its arguments and, for a call that ran, its result and
 // its Job; no call has two; each namespace's chain, deleted calls' receipts included, runs from 1
 // without a gap, a fork or a broken link, up to the head the manager keeps.
-func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs []string) error {
+func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs []string, watched *receiptWatch) error {
+	watched.mu.Lock()
+	werr := watched.err
+	t := receiptTally{watchRestarts: watched.restarts}
+	watched.mu.Unlock()
+	if werr != nil {
+		return fmt.Errorf("watching the ToolCalls' receipts: %w", werr)
+	}
 	key, err := managerPublicKey(ctx, h)
 	if err != nil {
 		return err
@@ -170,10 +184,12 @@ func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs 
 		r.flag(invBadReceipt, "%s", p)
 	}
 	loggedOf := map[string][]loggedReceipt{}
+	inLog := map[string]bool{} // by digest
 	for _, l := range logged {
 		loggedOf[l.UID] = append(loggedOf[l.UID], l)
+		inLog[l.Digest] = true
 	}
-	t := receiptTally{logged: len(logged), last: map[string]int64{}}
+	t.logged, t.last = len(logged), map[string]int64{}
 	var chain []*receipt.Verified
 	ours := map[string]bool{}
 	for _, c := range all {
@@ -195,6 +211,7 @@ func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs 
 		for _, l := range loggedOf[uid] {
 			envelopes = append(envelopes, l.Receipt)
 		}
+		envelopes = append(envelopes, watched.of(c.uid)...)
 		if tc == nil && len(envelopes) > 0 {
 			t.ended++ // deleted once it had ended: its receipt is in a log only
 			t.ofDeleted++
@@ -213,6 +230,9 @@ func (r *report) receipts(ctx context.Context, h *th.Harness, all []*call, logs 
 				continue // the same receipt, in the status and in a log
 			}
 			verified[v.Digest] = true
+			if !inLog[v.Digest] {
+				t.unlogged++
+			}
 			for _, p := range misstatements(c, tc, v, jobOf[uid]) {
 				r.flag(invBadReceipt, "%s (sequence %d): %s", c.name, v.Predicate.Chain.Sequence, p)
 			}
@@ -324,4 +344,94 @@ func headProblem(ctx context.Context, h *th.Harness, ns string, last int64, chai
 			seq, cm.Data["digest"], cm.Data["toolCall"], last, digests)
 	}
 	return ""
+}
+
+// receiptWatch records every receipt a ToolCall of the run's namespace showed in a watch event, the
+// last state of a deleted one included: a receipt the status write landed but whose manager was killed
+// before it logged the line is in no log, and once its ToolCall is deleted in no status either.
+type receiptWatch struct {
+	mu       sync.Mutex
+	byUID    map[types.UID]map[string]string // digest -> envelope
+	restarts int                             // watches started again from a fresh list (history expired)
+	err      error
+}
+
+// watchReceipts starts recording; it stops with ctx.
+func watchReceipts(ctx context.Context, h *th.Harness) (*receiptWatch, error) {
+	c, err := client.NewWithWatch(h.Env.Config, client.Options{Scheme: h.K8s.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	rw := &receiptWatch{byUID: map[types.UID]map[string]string{}}
+	list := &tg.ToolCallList{}
+	if err := c.List(ctx, list, client.InNamespace(h.NS)); err != nil {
+		return nil, err
+	}
+	go rw.run(ctx, c, h.NS, list)
+	return rw, nil
+}
+
+func (rw *receiptWatch) run(ctx context.Context, c client.WithWatch, ns string, list *tg.ToolCallList) {
+	for ctx.Err() == nil {
+		for i := range list.Items {
+			rw.record(&list.Items[i])
+		}
+		rv, ok := list.ResourceVersion, true
+		for ctx.Err() == nil && ok {
+			w, err := c.Watch(ctx, &tg.ToolCallList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			if err != nil {
+				break
+			}
+			rv, ok = rw.drain(w, rv)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// The history since rv is gone (or the watch could not start): list again.
+		rw.mu.Lock()
+		rw.restarts++
+		rw.mu.Unlock()
+		list = &tg.ToolCallList{}
+		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			rw.mu.Lock()
+			rw.err = err
+			rw.mu.Unlock()
+			return
+		}
+	}
+}
+
+// drain records a watch's events until it ends; it returns the resourceVersion to watch on from, and
+// false when the history since is gone.
+func (rw *receiptWatch) drain(w watch.Interface, rv string) (string, bool) {
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Error {
+			return rv, false
+		}
+		if tc, ok := ev.Object.(*tg.ToolCall); ok { // bookmarks too: a ToolCall with its resourceVersion only
+			rw.record(tc)
+			rv = tc.ResourceVersion
+		}
+	}
+	return rv, true
+}
+
+func (rw *receiptWatch) record(tc *tg.ToolCall) {
+	if tc.Status.Receipt == nil {
+		return
+	}
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.byUID[tc.UID] == nil {
+		rw.byUID[tc.UID] = map[string]string{}
+	}
+	rw.byUID[tc.UID][tc.Status.Receipt.Digest] = tc.Status.Receipt.Envelope
+}
+
+// of is the envelopes the watch saw for a ToolCall.
+func (rw *receiptWatch) of(uid types.UID) []string {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return slices.Collect(maps.Values(rw.byUID[uid]))
 }
