@@ -126,11 +126,11 @@ func withoutReceipt(ctx context.Context, h *th.Harness, all []*call) []string {
 
 // receiptTally is what the report says of the receipts.
 type receiptTally struct {
-	checked   int // distinct receipts verified
-	inStatus  int // of them, held by a ToolCall that exists
-	ofDeleted int // of them, of deleted ToolCalls (from the managers' logs and the watch)
-	logged    int // "Receipt signed" log lines read
-	unlogged  int // receipts in no log line (the manager killed between the write and the line)
+	checked   int              // distinct receipts verified
+	inStatus  int              // of them, held by a ToolCall that exists
+	ofDeleted int              // of them, of deleted ToolCalls (from the managers' logs and the watch)
+	logged    int              // "Receipt signed" log lines read
+	unlogged  int              // receipts in no log line (the manager killed between the write and the line)
 	ended     int              // ToolCalls that ended: terminal ones that exist, and deleted ones with a receipt
 	last      map[string]int64 // namespace -> its last sequence
 	// watchRestarts counts the watches of the ToolCalls started again from a list (history expired).
