@@ -36,9 +36,12 @@ import (
 // hold. The two writes are serialised per namespace, so at most one head is unconfirmed at a time
 // (after a crash between them): the next receipt of the namespace reads that ToolCall again, from the
 // apiserver, and either finds the receipt there (the chain goes on after it) or not (the receipt was
-// never written: its sequence number is given to the next receipt, with the same previous digest).
-// Either way no receipt that exists is left out of the chain, and none is counted twice. The status
-// write carries the resourceVersion it read, so a receipt is written only over a status without one.
+// never written: its sequence number is given to the next receipt, with the same previous digest). A
+// ToolCall that is gone held the receipt the head names: an ended call keeps its finalizer until it
+// holds its receipt, and the head is moved only for a call the apiserver shows without one, so the
+// last head that names a call names the receipt it holds. Either way no receipt that exists is left
+// out of the chain, and none is counted twice. The status write carries the resourceVersion it read,
+// so a receipt is written only over a status without one.
 type Receipts struct {
 	Client client.Client
 	// Reader reads around the cache: heads and ToolCalls whose receipt is in doubt.
@@ -109,6 +112,9 @@ func (rs *Receipts) Issue(ctx context.Context, tc *tg.ToolCall, facts *receiptFa
 	c := rs.chainOf(tc.Namespace)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if done, err := rs.live(ctx, tc); done || err != nil {
+		return err
+	}
 	seq, prev, err := rs.nextSlot(ctx, c, tc)
 	if err != nil {
 		return err
@@ -155,6 +161,25 @@ func (rs *Receipts) Issue(ctx context.Context, tc *tg.ToolCall, facts *receiptFa
 	return nil
 }
 
+// live reads tc from the apiserver, around the cache, before the chain head is moved for it: a head
+// that named a call already holding its receipt (the cache behind) would, once that call is gone, be
+// taken for a receipt that exists. done: tc holds its receipt (tc is then what the apiserver holds),
+// or is gone.
+func (rs *Receipts) live(ctx context.Context, tc *tg.ToolCall) (done bool, err error) {
+	cur := &tg.ToolCall{}
+	err = rs.Reader.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading ToolCall %s before writing its receipt: %w", tc.Name, err)
+	case cur.UID != tc.UID:
+		return true, nil
+	}
+	*tc = *cur
+	return tc.Status.Receipt != nil, nil
+}
+
 // nextSlot is the sequence number and previous digest of the namespace's next receipt; 0 when tc
 // turns out to hold its receipt already.
 func (rs *Receipts) nextSlot(ctx context.Context, c *chain, tc *tg.ToolCall) (int64, string, error) {
@@ -174,12 +199,15 @@ func (rs *Receipts) nextSlot(ctx context.Context, c *chain, tc *tg.ToolCall) (in
 	held := &tg.ToolCall{}
 	err := rs.Reader.Get(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: h.ToolCall}, held)
 	switch {
-	case apierrors.IsNotFound(err):
-		held = nil
+	case apierrors.IsNotFound(err), err == nil && held.UID != h.ToolCallUID:
+		// Gone (deleted by its owner or by retention), so it held the receipt the head names: its
+		// finalizer stays until it holds one, and the head was moved for it only while it held none.
+		c.confirmed = true
+		return h.Sequence + 1, h.Digest, nil
 	case err != nil:
 		return 0, "", fmt.Errorf("reading ToolCall %s, whose receipt the chain head of namespace %s names: %w", h.ToolCall, tc.Namespace, err)
 	}
-	if held != nil && held.UID == h.ToolCallUID && held.Status.Receipt != nil {
+	if held.Status.Receipt != nil {
 		if held.Status.Receipt.Digest == h.Digest {
 			c.confirmed = true
 			if held.UID == tc.UID {
@@ -195,7 +223,7 @@ func (rs *Receipts) nextSlot(ctx context.Context, c *chain, tc *tg.ToolCall) (in
 			return 0, "", nil
 		}
 	}
-	if held != nil && held.UID == tc.UID && held.Status.Receipt == nil {
+	if held.UID == tc.UID && held.Status.Receipt == nil {
 		// The write of tc's receipt was lost: write it on what the apiserver holds.
 		*tc = *held
 	}

@@ -282,3 +282,46 @@ func TestForgedChainHeadShowsInTheChain(t *testing.T) {
 	g.Expect(second.Predicate.Chain.Sequence).To(BeEquivalentTo(7))
 	g.Expect(problems[0].Problem).To(Equal("receipts 2 to 6 are missing"))
 }
+
+// A ToolCall deleted once it held its receipt (by the agent, or by retention) takes its status with
+// it, but not its place in the chain: the next manager, whose chain head names the deleted call's
+// receipt, numbers the next receipt after it rather than giving its number again (a fork); so too when
+// another ToolCall of the same name was created since.
+func TestReceiptAfterTheHeadsToolCallWasDeletedContinuesTheChain(t *testing.T) {
+	for _, replaced := range []bool{false, true} {
+		name := "deleted"
+		if replaced {
+			name = "replaced by one of the same name"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := th.New(t, env)
+			g := h.G
+			h.Tool("issue-refund", "issue_refund", "")
+			first := h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			_, err := h.Provider.Decide(h.PendingRequest("first").ID, provider.StatusDenied, "no", nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			pub := receiptPublicKey(h)
+			_, firstReceipt := waitReceipt(h, "first", pub)
+			g.Eventually(func() []string { return h.Get("first").Finalizers }).Should(BeEmpty())
+			g.Expect(h.K8s.Delete(context.Background(), h.Get("first"))).To(Succeed())
+			g.Eventually(func() types.UID {
+				tc := &tg.ToolCall{}
+				if err := h.K8s.Get(context.Background(), types.NamespacedName{Namespace: h.NS, Name: "first"}, tc); err != nil {
+					return ""
+				}
+				return tc.UID
+			}).ShouldNot(Equal(first.UID))
+			if replaced {
+				h.ToolCall("first", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			}
+			h.Restart()
+
+			h.ToolCall("second", "issue_refund", th.RefundArgs, 2*time.Minute, nil)
+			_, err = h.Provider.Decide(h.PendingRequest("second").ID, provider.StatusDenied, "no", nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			_, second := waitReceipt(h, "second", pub)
+			g.Expect(second.Predicate.Chain).To(Equal(receipt.Chain{Namespace: h.NS, Sequence: 2, Previous: firstReceipt.Digest}))
+			g.Expect(receipt.CheckChain([]*receipt.Verified{firstReceipt, second}, 1)).To(BeEmpty())
+		})
+	}
+}

@@ -128,6 +128,7 @@ func planFor(seed uint64, i int) plan {
 type call struct {
 	name string
 	tool string // the Tool's name (issue-refund, export-report or lookup)
+	args string // the arguments the agent created it with
 	plan
 	uid types.UID
 	// created is the ToolCall's creationTimestamp (whole seconds, as the manager reads it).

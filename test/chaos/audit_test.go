@@ -58,6 +58,7 @@ var invariantOrder = []string{
 	invPolicyAsked, invDeletedRan, invNotProviders,
 	invNotLive, invUnexplained, invLeftPending, invNotCancelled, invNothingToRun, invFewKills, invFaultsMissing, invNoRace, invOrphaned,
 	invNoNotified, invNoCursor,
+	invNoReceipt, invBadReceipt, invTwoReceipts, invChainBroken, invReceiptCount,
 }
 
 // outcome is one ToolCall's end as the audit saw it.
@@ -111,6 +112,8 @@ type report struct {
 	stats    reference.Stats
 	// notified counts the ToolCalls left at the end with a notification recorded (asynchronous mode).
 	notified int
+	// receiptTally counts the receipts checked (receipts_test.go).
+	receiptTally receiptTally
 }
 
 func (r *report) violations() map[string][]string {

@@ -120,20 +120,23 @@ func runChaos(t *testing.T, v variant, s uint64) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	watched, err := watchReceipts(ctx, h) // every receipt, those of deleted ToolCalls included
+	g.Expect(err).NotTo(HaveOccurred())
 	start := time.Now()
 
 	// The manager: killed and restarted until the chaos window ends.
 	var kills int
 	starts := newStarts()
+	managers := &fleet{} // every manager process, whose logs hold the receipts of deleted ToolCalls
 	begin := func() *th.Process {
 		at := time.Now()
-		p := startManager(h, recv.flags()...)
+		p := managers.add(startManager(h, recv.flags()...))
 		starts.watch(p, at)
 		return p
 	}
 	// The calls are accepted with the namespace's provider once a manager has checked it; that one
 	// is not one of the run's (its start would count the wait for the first call).
-	setup := startManager(h, recv.flags()...)
+	setup := managers.add(startManager(h, recv.flags()...))
 	waitProviderReady(g, h)
 	var instances []string // the provisioned instance, in asynchronous mode
 	if v.async {
@@ -248,6 +251,7 @@ func runChaos(t *testing.T, v variant, s uint64) {
 		case policyDeny:
 			c.tool, toolName, args = "lookup", "lookup_order", fmt.Sprintf(`{"order":"o-%d","blocked":true}`, i)
 		}
+		c.args = args
 		tc := h.ToolCall(c.name, toolName, args, c.limit, nil)
 		c.uid, c.created = tc.UID, tc.CreationTimestamp.Time
 		if c.act == deleteAtOnce {
@@ -323,6 +327,13 @@ func runChaos(t *testing.T, v variant, s uint64) {
 		return "manager log tail:\n" + tail(proc.Log(), 40)
 	})
 	humans.wait()
+	// Receipts: each ended ToolCall holds one before the audit reads them (receiptWait says why the
+	// bound suffices).
+	g.Eventually(func() []string {
+		return withoutReceipt(ctx, h, all)
+	}).WithTimeout(receiptWait).WithPolling(500*time.Millisecond).Should(BeEmpty(), func() string {
+		return "ended ToolCalls without their receipt; manager log tail:\n" + tail(proc.Log(), 40)
+	})
 	keepLog(t, v.name, kills, proc)
 	byProvider := map[string]int{}
 	g.Expect(acceptedElsewhere(ctx, h, byProvider)).To(BeEmpty(), "every call is accepted with the namespace's ApprovalProvider, or the manager's own once it was deleted")
@@ -349,6 +360,7 @@ func runChaos(t *testing.T, v variant, s uint64) {
 		rep.notified = notified(ctx, h)
 	}
 	rep.evidence(rules, duringChaos)
+	g.Expect(rep.receipts(ctx, h, all, managers.logs(), watched)).To(Succeed())
 	rep.print(t)
 	g.Expect(rep.violations()).To(BeEmpty(), "invariant violations")
 }

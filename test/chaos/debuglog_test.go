@@ -104,7 +104,8 @@ func createLog(t *testing.T, name string) (*os.File, error) {
 	return f, nil
 }
 
-// startManager starts a manager process, logging at debug level when the run keeps its logs.
+// startManager starts a manager process, logging at debug level when the run keeps its logs, else at
+// info level.
 func startManager(h *th.Harness, flags ...string) *th.Process {
 	// The manager's own namespace, as in the Deployment (the chart passes its release namespace): the
 	// gone cursor's Lease lives there (controllers/toolcalls/gonereplay.go). Without it the manager
@@ -112,7 +113,9 @@ func startManager(h *th.Harness, flags ...string) *th.Process {
 	// removal despite the finalizer between a kill and the next start was never replayed.
 	flags = append([]string{"--cluster-resource-namespace", h.NS}, flags...)
 	if *logsTo == "" {
-		return h.StartProcess(flags...)
+		// At info level (the harness's default is error), which keeps the "Receipt signed" lines: the
+		// receipts of ToolCalls deleted once they ended are read from them (receipts_test.go).
+		return h.StartProcess(append(flags, "--zap-log-level", "info")...)
 	}
 	return h.StartProcess(append(flags, "--zap-log-level", "debug")...)
 }

@@ -25,6 +25,7 @@ func (r *report) print(t *testing.T) {
 		r.stats.Cancels, answers(r.stats.Responses[faults.OpCancel]), r.cancelled, r.races, r.stats.RacedDecisions)
 	fmt.Fprintf(&b, "ToolCalls that ended before any submission reached the provider (no human could act): %d\n", r.unsubmitted)
 	fmt.Fprintf(&b, "Requests submitted for a ToolCall deleted at once that the apiserver removed despite the finalizer the acceptance had just added (withdrawn by the manager when its status write or its watch found the ToolCall gone, or after a kill by the next leader's replay): %d %v\n", len(r.bypassed), r.bypassed)
+	fmt.Fprintf(&b, "Receipts: %s\n", r.receiptTally)
 	fmt.Fprintf(&b, "Manager starts (to ready: every open call reconciled once): %s\n", r.starts)
 	fmt.Fprintf(&b, "Liveness bound: %s (a valid approval decided at least this long before its approval limit and its Tool's next edit must run); decision to Job for valid approvals that ran: %s\n\n",
 		r.bound.Round(100*time.Millisecond), r.toJobSummary())
