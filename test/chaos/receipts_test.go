@@ -13,6 +13,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -322,16 +323,17 @@ func managerPublicKey(ctx context.Context, h *th.Harness) (receipt.Key, error) {
 	return key, nil
 }
 
-// headProblem compares the chain head the manager keeps for namespace ns (ConfigMap
-// toolgate-receipts.<ns> in its own namespace) with the last receipt found.
+// headProblem compares the chain head the manager keeps for namespace ns (the annotations of the
+// Lease toolgate-receipts.<ns> in its own namespace) with the last receipt found.
 func headProblem(ctx context.Context, h *th.Harness, ns string, last int64, chain []*receipt.Verified) string {
-	cm := &corev1.ConfigMap{}
-	if err := h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + ns}, cm); err != nil {
+	l := &coordinationv1.Lease{}
+	if err := h.K8s.Get(ctx, types.NamespacedName{Namespace: h.NS, Name: "toolgate-receipts." + ns}, l); err != nil {
 		return "reading its chain head: " + err.Error()
 	}
-	seq, err := strconv.ParseInt(cm.Data["sequence"], 10, 64)
+	a := l.Annotations
+	seq, err := strconv.ParseInt(a["toolgate.dev/receipt-sequence"], 10, 64)
 	if err != nil {
-		return fmt.Sprintf("its chain head's sequence %q: %v", cm.Data["sequence"], err)
+		return fmt.Sprintf("its chain head's sequence %q: %v", a["toolgate.dev/receipt-sequence"], err)
 	}
 	var digests []string
 	for _, v := range chain {
@@ -339,9 +341,9 @@ func headProblem(ctx context.Context, h *th.Harness, ns string, last int64, chai
 			digests = append(digests, v.Digest)
 		}
 	}
-	if seq != last || !slices.Contains(digests, cm.Data["digest"]) {
+	if seq != last || !slices.Contains(digests, a["toolgate.dev/receipt-digest"]) {
 		return fmt.Sprintf("its chain head names receipt %d %s (ToolCall %s), but the last receipt found is %d %v",
-			seq, cm.Data["digest"], cm.Data["toolCall"], last, digests)
+			seq, a["toolgate.dev/receipt-digest"], a["toolgate.dev/receipt-toolcall"], last, digests)
 	}
 	return ""
 }
