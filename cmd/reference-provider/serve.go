@@ -85,8 +85,8 @@ func (f *serveFlags) check() error {
 		return errors.New("--http2 needs --tls-cert and --tls-key: HTTP/2 is offered only over TLS")
 	case f.credentialFile == "" && f.provisionerFile == "":
 		return errors.New("--credential-file is required (or --provisioner-token-file)")
-	case f.quorum < 1:
-		return fmt.Errorf("--quorum %d: give the number of distinct approvers a request needs, at least 1", f.quorum)
+	case f.quorum < 1 || f.quorum > reference.MaxQuorum:
+		return fmt.Errorf("--quorum %d: give the number of distinct approvers a request needs, from 1 to %d", f.quorum, reference.MaxQuorum)
 	case f.adminCredentialFile == "":
 		return errors.New("--admin-credential-file is required: the admin API and the approval page decide every request, so they take a credential of their own, not the instance credential")
 	}

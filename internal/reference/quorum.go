@@ -31,8 +31,8 @@ import (
 // by the admin API (AdminRequest) and the approval page. Decisions through the Go API
 // (Server.Decide) are no votes: they decide at once, as the provider's owner.
 
-// maxQuorum bounds the approvals a request may need.
-const maxQuorum = 32
+// MaxQuorum bounds the distinct approvals a request may need.
+const MaxQuorum = 32
 
 // Votes.
 const (
@@ -214,9 +214,9 @@ func (s *Server) handleSetQuorum(r *http.Request) reply {
 	if err := decodeJSON(r, &body); err != nil {
 		return fail(provider.CodeInvalidRequest, err.Error())
 	}
-	if body.Approvals == nil || *body.Approvals < 0 || *body.Approvals > maxQuorum {
+	if body.Approvals == nil || *body.Approvals < 0 || *body.Approvals > MaxQuorum {
 		return failParam(provider.CodeInvalidRequest, "approvals", fmt.Sprintf(
-			"approvals must be the number of distinct approvers the instance's requests need, from 1 to %d (0: the provider's default)", maxQuorum))
+			"approvals must be the number of distinct approvers the instance's requests need, from 1 to %d (0: the provider's default)", MaxQuorum))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -206,8 +206,8 @@ func (o Options) check() error {
 		return fmt.Errorf("MaxWindow %v is negative: leave it 0 for windows as long as the timeout asks", o.MaxWindow)
 	case o.WebhookMaxRetryDelay < o.WebhookRetryDelay:
 		return fmt.Errorf("WebhookMaxRetryDelay %v is shorter than WebhookRetryDelay %v", o.WebhookMaxRetryDelay, o.WebhookRetryDelay)
-	case o.Quorum < 0 || o.Quorum > maxQuorum:
-		return fmt.Errorf("Quorum %d is not a number of approvers: give 1 to %d (0 means 1)", o.Quorum, maxQuorum)
+	case o.Quorum < 0 || o.Quorum > MaxQuorum:
+		return fmt.Errorf("Quorum %d is not a number of approvers: give 1 to %d (0 means 1)", o.Quorum, MaxQuorum)
 	case o.Retention < MinRetention:
 		return fmt.Errorf("Retention %v is shorter than AAP allows: at least %v (seven days)", o.Retention, MinRetention)
 	}
