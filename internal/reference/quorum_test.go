@@ -167,7 +167,7 @@ func TestQuorumApprovesOnceUnderConcurrentVoters(t *testing.T) {
 	e.g.Expect(e.stats().Decisions).To(BeEquivalentTo(1), "one transition")
 
 	e.g.Eventually(rc.events).Should(HaveLen(1))
-	e.g.Consistently(rc.events).WithTimeout(500 * time.Millisecond).Should(HaveLen(1), "one notification")
+	e.g.Consistently(rc.events).WithTimeout(500*time.Millisecond).Should(HaveLen(1), "one notification")
 	e.expectEvent(rc.events()[0], agent.Instance.ID, got)
 	e.g.Expect(e.stats().Delivered).To(BeEquivalentTo(1))
 }
