@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	. "github.com/onsi/gomega"
 
 	"toolgate.dev/toolgate/internal/provider"
@@ -319,4 +320,52 @@ func (e *env) expectAdminList(r response) []reference.AdminRequest {
 	var out []reference.AdminRequest
 	strictly(e.g, r.body, &out)
 	return out
+}
+
+// The page shows each request's votes (who, approve or deny, when, their note) and how many more
+// approvals it needs: in the rows the server renders, in those the script adds, and as votes come in
+// through the admin API or the page itself. An approval short of the quorum leaves the row in place.
+func TestApprovalPageShowsVotesInBrowser(t *testing.T) {
+	p := startPage(t, withQuorum(3))
+	before := p.create("k1").ID
+	p.expectAdmin(p.vote("bob", before, provider.StatusApproved, "Checked the charge."), http.StatusOK)
+
+	b := newBrowser(t)
+	b.openAs(p.url, voters["alice"])
+	b.do(chromedp.WaitVisible(chromedp.CSS(row(before) + " .votes")))
+	b.g.Expect(b.text(row(before)+" .approvals-needed")).To(Equal("2"), "rendered by the server")
+	b.g.Expect(b.text(row(before) + " .approvals-required")).To(Equal("3"))
+	b.g.Expect(b.text(row(before) + " .vote-list li .voter")).To(Equal("bob"))
+	b.g.Expect(b.text(row(before) + " .vote-list li .vote")).To(Equal("approve"))
+	b.g.Expect(b.text(row(before) + " .vote-list li .at")).To(Equal("2026-09-16T12:00:00Z"))
+	b.g.Expect(b.text(row(before) + " .vote-list li .vote-note")).To(Equal("Checked the charge."))
+
+	after := p.create("k2").ID
+	b.do(chromedp.WaitVisible(chromedp.CSS(row(after) + " .votes")))
+	b.g.Expect(b.text(row(after)+" .approvals-needed")).To(Equal("3"), "rendered by the script")
+	b.g.Expect(browserRun(b, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, row(after)+" .vote-list li")))).To(BeZero())
+
+	// A vote through the admin API reaches the open page.
+	p.expectAdmin(p.vote("carol", after, provider.StatusApproved, ""), http.StatusOK)
+	b.do(chromedp.WaitVisible(chromedp.CSS(row(after) + " .vote-list li")))
+	b.g.Expect(b.text(row(after) + " .vote-list li .voter")).To(Equal("carol"))
+	b.g.Expect(b.text(row(after) + " .approvals-needed")).To(Equal("2"))
+
+	// Alice approves on the page: her approval is recorded, the request still waits for one more.
+	b.do(
+		chromedp.Click(chromedp.CSS(row(after)+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(row(after)+" .recorded")),
+		chromedp.WaitVisible(chromedp.CSS(row(after)+" .vote-list li:nth-child(2)")),
+	)
+	b.g.Expect(b.text(row(after) + " .recorded")).To(Equal("Your approval is recorded: 1 more needed."))
+	b.g.Expect(b.text(row(after) + " .vote-list li:nth-child(2) .voter")).To(Equal("alice"))
+	b.g.Expect(b.text(row(after) + " .approvals-needed")).To(Equal("1"))
+
+	// Bob's approval completes the quorum: the request leaves the pending list, approved by all three.
+	p.expectAdmin(p.vote("bob", after, provider.StatusApproved, ""), http.StatusOK)
+	recent := `#recent-rows tr[data-id="` + after + `"]`
+	b.do(chromedp.WaitNotPresent(chromedp.CSS(row(after))), chromedp.WaitVisible(chromedp.CSS(recent)))
+	b.g.Expect(b.text(recent + " .status")).To(Equal(provider.StatusApproved))
+	b.g.Expect(b.text(recent + " .note")).To(Equal("approved by carol; approved by alice; approved by bob"))
+	b.g.Expect(b.problems()).To(BeEmpty(), "the page logged no error")
 }
