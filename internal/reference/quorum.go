@@ -20,7 +20,9 @@ import (
 //
 //   - one approver counts once: approving again is accepted and changes nothing;
 //   - the requester (context.requester.username, as Toolgate sends it) never approves their own call
-//     (ErrOwnCall, 403 forbidden);
+//     (ErrOwnCall, 403 forbidden): an approver of Options.Approvers of that name is refused. The
+//     admin credential, recorded as AdminApprover, names nobody in the cluster, so a cluster user
+//     who happens to be called "admin" does not lock it out;
 //   - any deny decides at once: denied, with that approver's note;
 //   - the request turns approved when the last approval needed arrives, with the approvers' notes;
 //     its validity is that last approval's (valid_for or expires_at, or the provider's default).
@@ -125,7 +127,7 @@ func (s *Server) vote(id, approver, status, note string, expiresAt *time.Time, v
 	case status == provider.StatusDenied:
 		rec.Votes = append(rec.Votes, Vote{Approver: approver, Vote: VoteDeny, Note: note, At: s.now()})
 		return s.decideRecordLocked(rec, status, decisionNote(note, status, approver), nil, 0)
-	case rec.requester() == approver:
+	case approver != AdminApprover && rec.requester() == approver:
 		return rec, fmt.Errorf("%w: %s asked for this call (its context.requester.username), so another approver must approve it",
 			ErrOwnCall, approver)
 	case rec.approvedBy(approver):

@@ -105,6 +105,10 @@ func TestQuorumRefusesTheRequestersApproval(t *testing.T) {
 			own := e.requestedBy("k2", "carol").ID
 			denied := e.expectAdmin(e.vote("carol", own, provider.StatusDenied, "Withdrawn."), http.StatusOK)
 			e.g.Expect(denied.Decision.Note).To(Equal("Withdrawn. (denied by carol)"))
+
+			// The admin credential is nobody in the cluster: a cluster user called admin does not lock it out.
+			byAdminUser := e.requestedBy("k3", reference.AdminApprover).ID
+			e.g.Expect(e.expectAdmin(e.vote(reference.AdminApprover, byAdminUser, provider.StatusApproved, ""), http.StatusOK).Votes).To(HaveLen(1))
 		})
 	}
 }
