@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,4 +123,50 @@ func TestApproversFileScopesApproversToInstances(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(approvers).To(Equal(map[string]string{"alice": "a1", "bob": "b1", "carol": "c1"}))
 	g.Expect(scopes).To(Equal(map[string][]string{"alice": {payments, support}, "carol": {}}), "bob sees every instance, carol none until granted")
+}
+
+// serve --quorum 2: the first approver's decide leaves the request pending, the second's approves it.
+func TestServeQuorum(t *testing.T) {
+	g := NewWithT(t)
+	bin := th.Binary(t, "./cmd/reference-provider")
+	dir := t.TempDir()
+	credFile, adminFile := writeCredential(t), writeAdminCredential(t)
+	approvers := filepath.Join(dir, "approvers")
+	g.Expect(os.WriteFile(approvers, []byte("alice alice-credential\nbob bob-credential\n"), 0o600)).To(Succeed())
+	aliceFile, bobFile := filepath.Join(dir, "alice"), filepath.Join(dir, "bob")
+	g.Expect(os.WriteFile(aliceFile, []byte("alice-credential\n"), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(bobFile, []byte("bob-credential\n"), 0o600)).To(Succeed())
+
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--db", filepath.Join(dir, "provider.db"), "--quorum", "2",
+		"--admin-credential-file", adminFile, "--credential-file", credFile, "--approvers-file", approvers)
+	stdout, err := cmd.StdoutPipe()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	base := servedURL(t, stdout)
+	c, err := provider.NewHTTPClient(provider.Options{BaseURL: base, CredentialFile: credFile, RequestTimeout: 5 * time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	req, err := c.Submit(context.Background(), provider.Submission{IdempotencyKey: "k", Tool: "issue_refund",
+		Arguments: json.RawMessage(`{"amount":4900}`), Timeout: 30 * time.Minute})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	for _, step := range []struct{ file, status string }{{aliceFile, provider.StatusPending}, {bobFile, provider.StatusApproved}} {
+		var out bytes.Buffer
+		g.Expect(run([]string{"decide", "--url", base, "--credential-file", step.file, "--id", req.ID, "--approve"}, &out)).To(Succeed())
+		var got struct {
+			Status string `json:"status"`
+		}
+		g.Expect(json.Unmarshal(out.Bytes(), &got)).To(Succeed(), out.String())
+		g.Expect(got.Status).To(Equal(step.status), out.String())
+	}
+}
+
+func TestServeRefusesABadQuorum(t *testing.T) {
+	for _, n := range []string{"0", "-1", "33"} {
+		err := run([]string{"serve", "--admin-credential-file", writeAdminCredential(t), "--credential-file", writeCredential(t), "--quorum", n}, io.Discard)
+		NewWithT(t).Expect(err).To(MatchError("--quorum " + n + ": give the number of distinct approvers a request needs, from 1 to 32"))
+	}
 }

@@ -1,6 +1,6 @@
 // Command reference-provider runs the reference approvals provider and decides its requests.
 //
-//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --admin-credential-file admin --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--profile full|seed] [--max-window 1h] [--credential-lifetime 720h] [--tls-cert crt --tls-key key [--http2]]
+//	reference-provider serve  --listen 127.0.0.1:8085 --db reference-provider.db --admin-credential-file admin --credential-file cred [--provisioner-token-file token] [--approvers-file approvers] [--quorum 2] [--profile full|seed] [--max-window 1h] [--credential-lifetime 720h] [--tls-cert crt --tls-key key [--http2]]
 //	                          [--allow-webhook-networks 10.0.0.0/8,127.0.0.0/8] [--webhook-ca-file ca.pem]
 //	                          [--zap-log-level info] [--zap-encoder json|console] (the manager's log flags; logs go to stderr)
 //	reference-provider list   --url http://127.0.0.1:8085 --credential-file admin [--status pending]

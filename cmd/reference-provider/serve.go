@@ -23,6 +23,7 @@ type serveFlags struct {
 	approversFile, allowNetworks, webhookCAFile           string
 	tlsCert, tlsKey                                       string
 	http2                                                 bool
+	quorum                                                int
 	minTimeout, maxTimeout, credentialLifetime, maxWindow time.Duration
 	retention, validity                                   time.Duration
 	zap                                                   zap.Options
@@ -63,6 +64,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.maxWindow, "max-window", 0, "longest approval window granted: a request asking for a longer timeout gets deadline_at = created_at + this (0: as long as the timeout asks)")
 	fs.DurationVar(&f.retention, "retention", reference.MinRetention, "how long terminal requests and their idempotency keys are kept after decided_at (at least 168h)")
 	fs.DurationVar(&f.validity, "approval-validity", 5*time.Minute, "how long an approval is valid unless the decision says")
+	fs.IntVar(&f.quorum, "quorum", 1, "how many distinct approvers must approve a request (through the page or the admin API) before it is approved, unless its instance has its own (PUT /admin/v1/instances/ID/quorum); any deny decides at once, and the requester (context.requester.username) never approves their own call; 1 to 32")
 	fs.StringVar(&f.allowNetworks, "allow-webhook-networks", "", "comma-separated CIDR prefixes where webhook receivers may be although not public, e.g. 10.0.0.0/8,127.0.0.0/8 for a local cluster (default: only public addresses)")
 	fs.StringVar(&f.webhookCAFile, "webhook-ca-file", "", "PEM file of the CA certificates webhook receivers' certificates must chain to (default: the system roots)")
 	fs.StringVar(&f.profile, "profile", string(reference.ProfileFull), "how the AAP API answers: full (ErrorResponse bodies, agent_reasoning and context echoed) or seed (the fewest fields AAP allows, plain-text errors)")
@@ -83,6 +85,8 @@ func (f *serveFlags) check() error {
 		return errors.New("--http2 needs --tls-cert and --tls-key: HTTP/2 is offered only over TLS")
 	case f.credentialFile == "" && f.provisionerFile == "":
 		return errors.New("--credential-file is required (or --provisioner-token-file)")
+	case f.quorum < 1 || f.quorum > reference.MaxQuorum:
+		return fmt.Errorf("--quorum %d: give the number of distinct approvers a request needs, from 1 to %d", f.quorum, reference.MaxQuorum)
 	case f.adminCredentialFile == "":
 		return errors.New("--admin-credential-file is required: the admin API and the approval page decide every request, so they take a credential of their own, not the instance credential")
 	}
@@ -107,6 +111,7 @@ func (f *serveFlags) options() (reference.Options, error) {
 		MaxTimeout:              f.maxTimeout,
 		DefaultApprovalValidity: f.validity,
 		HTTP2:                   f.http2,
+		Quorum:                  f.quorum,
 		Profile:                 profile,
 	}
 	if err := f.readFiles(&o); err != nil {

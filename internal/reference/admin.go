@@ -23,6 +23,11 @@ type AdminRequest struct {
 	InstanceID     string `json:"instance_id"`
 	InstanceName   string `json:"instance_name"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// ApprovalsRequired is how many distinct approvals the request needs, and ApprovalsNeeded how many
+	// more (0 once it is terminal); Votes are the approvers' votes so far (quorum.go).
+	ApprovalsRequired int    `json:"approvals_required"`
+	ApprovalsNeeded   int    `json:"approvals_needed"`
+	Votes             []Vote `json:"votes,omitempty"`
 }
 
 func (s *Server) adminRoutes(mux *http.ServeMux) {
@@ -35,6 +40,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /admin/v1/stats", s.adminAPI(s.handleStats))
 	mux.Handle("GET /admin/v1/keys", s.adminAPI(s.handleKeys))
 	s.grantRoutes(mux)
+	s.quorumRoutes(mux)
 }
 
 // adminAPI wraps an admin handler: it authenticates with the admin credential and writes the reply.
@@ -50,7 +56,8 @@ func (s *Server) adminAPI(h func(*http.Request) reply) http.Handler {
 
 // adminView is a stored request as the admin API shows it.
 func (s *Server) adminView(rec record, names map[string]string) AdminRequest {
-	return AdminRequest{Request: s.view(rec), InstanceID: rec.Instance, InstanceName: names[rec.Instance], IdempotencyKey: rec.Key}
+	return AdminRequest{Request: s.view(rec), InstanceID: rec.Instance, InstanceName: names[rec.Instance], IdempotencyKey: rec.Key,
+		ApprovalsRequired: rec.required(), ApprovalsNeeded: rec.needed(), Votes: rec.Votes}
 }
 
 // adminDecision is the body of POST /admin/v1/requests/{id}/decide.
@@ -74,14 +81,14 @@ func (s *Server) handleDecide(r *http.Request, approver string) reply {
 	if !s.seesRequest(approver, id) {
 		return fail(provider.CodeNotFound, "no request "+quote(id))
 	}
-	req, err := s.decide(id, body.Status, decisionNote(body.Note, body.Status, approver), body.ExpiresAt, validFor)
+	rec, err := s.vote(id, approver, body.Status, body.Note, body.ExpiresAt, validFor)
 	if errors.Is(err, ErrAlreadyTerminal) {
-		return fail(provider.CodeAlreadyTerminal, "the request is already "+req.Status+": its outcome is unchanged")
+		return fail(provider.CodeAlreadyTerminal, "the request is already "+rec.Status+": its outcome is unchanged")
 	}
 	if err != nil {
 		return s.failure(err, "no request "+quote(id))
 	}
-	s.log.Info("decided through the admin API", "id", req.ID, "status", req.Status, "approver", approver)
+	s.log.Info("voted through the admin API", "id", rec.ID, "status", rec.Status, "approver", approver)
 	return success(http.StatusOK, s.adminRequest(id))
 }
 

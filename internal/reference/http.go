@@ -218,6 +218,8 @@ func (s *Server) failure(err error, notFound string) reply {
 		return refused(fe)
 	case errors.Is(err, ErrInvalidDecision):
 		return fail(provider.CodeInvalidRequest, err.Error())
+	case errors.Is(err, ErrOwnCall):
+		return fail(provider.CodeForbidden, err.Error())
 	}
 	s.log.Error(err, "internal error")
 	return fail(provider.CodeInternal, "the provider could not complete the operation")

@@ -91,15 +91,20 @@ func (s *Server) decideLocked(id, status, note string, expiresAt *time.Time, val
 	if status != provider.StatusApproved && status != provider.StatusDenied {
 		return record{}, fmt.Errorf("%w: a decision is approved or denied, not %q", ErrInvalidDecision, status)
 	}
-	if validFor <= 0 {
-		validFor = s.opts.DefaultApprovalValidity
-	}
 	rec, err := s.loadLocked(id)
 	if err != nil {
 		return rec, err
 	}
 	if rec.Status != provider.StatusPending {
 		return rec, ErrAlreadyTerminal
+	}
+	return s.decideRecordLocked(rec, status, note, expiresAt, validFor)
+}
+
+// decideRecordLocked decides a pending request that the caller loaded.
+func (s *Server) decideRecordLocked(rec record, status, note string, expiresAt *time.Time, validFor time.Duration) (record, error) {
+	if validFor <= 0 {
+		validFor = s.opts.DefaultApprovalValidity
 	}
 	now := s.now()
 	d := provider.Decision{Status: status, Note: note, DecidedAt: &now}
@@ -245,6 +250,7 @@ func (s *Server) createLocked(sub submission) (record, error) {
 		Status:         provider.StatusPending,
 		CreatedAt:      now,
 		DeadlineAt:     deadline,
+		Quorum:         s.quorumLocked(sub.instance),
 	}
 	if err := s.store.create(keyRecord{Fingerprint: sub.fingerprint, RequestID: rec.ID, CreatedAt: now}, rec); err != nil {
 		return record{}, err

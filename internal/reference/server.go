@@ -100,6 +100,11 @@ type Options struct {
 	// until one is granted. An approver without an entry sees every instance's requests, as the admin
 	// credential does. Optional.
 	ApproverInstances map[string][]string
+	// Quorum is how many distinct approvers must approve a request through the admin API or the
+	// approval page before it is approved (quorum.go), unless its instance has its own (PUT
+	// /admin/v1/instances/{id}/quorum); any deny decides at once. 0 and 1 mean one approval, as
+	// without a quorum. At most 32.
+	Quorum int
 	// AllowedWebhookNetworks are address ranges a webhook receiver may be at although they are not
 	// public (loopback, private, link-local, metadata and the like are otherwise refused), for local
 	// clusters and tests, e.g. 10.0.0.0/8 or 127.0.0.0/8. An address in one of them is allowed even if
@@ -201,6 +206,8 @@ func (o Options) check() error {
 		return fmt.Errorf("MaxWindow %v is negative: leave it 0 for windows as long as the timeout asks", o.MaxWindow)
 	case o.WebhookMaxRetryDelay < o.WebhookRetryDelay:
 		return fmt.Errorf("WebhookMaxRetryDelay %v is shorter than WebhookRetryDelay %v", o.WebhookMaxRetryDelay, o.WebhookRetryDelay)
+	case o.Quorum < 0 || o.Quorum > MaxQuorum:
+		return fmt.Errorf("Quorum %d is not a number of approvers: give 1 to %d (0 means 1)", o.Quorum, MaxQuorum)
 	case o.Retention < MinRetention:
 		return fmt.Errorf("Retention %v is shorter than AAP allows: at least %v (seven days)", o.Retention, MinRetention)
 	}

@@ -42,6 +42,11 @@ type record struct {
 	CreatedAt      time.Time          `json:"created_at"`
 	DeadlineAt     time.Time          `json:"deadline_at"`
 	Decision       *provider.Decision `json:"decision,omitempty"`
+	// Quorum is how many distinct approvals the request needs (quorum.go); 0, in requests stored
+	// before quorums existed, is one.
+	Quorum int `json:"quorum,omitempty"`
+	// Votes are the approvers' approvals and denial, in the order they came.
+	Votes []Vote `json:"votes,omitempty"`
 }
 
 // keyRecord binds an instance's Idempotency-Key to the request its first submission created.

@@ -26,6 +26,9 @@ type instanceRecord struct {
 	ProvisionKey string `json:"provision_key"`
 	// Delivery is its verified webhook receiver, secret included; nil for none.
 	Delivery *deliveryConfig `json:"delivery,omitempty"`
+	// Quorum is how many distinct approvals its new requests need; 0 for the provider's default
+	// (Options.Quorum).
+	Quorum int `json:"quorum,omitempty"`
 }
 
 func (ir instanceRecord) deleted() bool { return ir.DeletedAt != nil }

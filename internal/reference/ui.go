@@ -42,13 +42,13 @@ type approvalPage struct {
 	static     fs.FS
 	sessionKey []byte
 	csrf       *http.CrossOriginProtection
-	created    broadcast // fired after every submission
+	created    broadcast // fired after every submission and every vote
 }
 
 // withApprovalPage serves the approval page under /ui/ and everything else with api. It tells the page's
-// event streams about new requests: a submission is the only way to create one. Decisions,
-// cancellations (instance deletions included) and expiries reach the streams through the pending
-// requests' change channels.
+// event streams about new requests (a submission is the only way to create one) and about votes
+// through the admin API that leave a request pending. Decisions, cancellations (instance deletions
+// included) and expiries reach the streams through the pending requests' change channels.
 func (s *Server) withApprovalPage(api http.Handler) http.Handler {
 	p := newApprovalPage(s)
 	mux := http.NewServeMux()
@@ -74,10 +74,17 @@ func (s *Server) withApprovalPage(api http.Handler) http.Handler {
 			return
 		}
 		api.ServeHTTP(w, r)
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/requests" {
+		if r.Method == http.MethodPost && (r.URL.Path == "/v1/requests" || isDecidePath(r.URL.Path)) {
 			p.created.notify()
 		}
 	})
+}
+
+// isDecidePath reports whether path is the admin API's decision, POST /admin/v1/requests/{id}/decide:
+// a vote that leaves the request pending reaches the streams only this way.
+func isDecidePath(path string) bool {
+	id, found := strings.CutSuffix(strings.TrimPrefix(path, "/admin/v1/requests/"), "/decide")
+	return found && id != "" && !strings.Contains(id, "/") && strings.HasPrefix(path, "/admin/v1/requests/")
 }
 
 func newApprovalPage(s *Server) *approvalPage {

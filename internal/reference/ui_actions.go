@@ -114,18 +114,21 @@ func checkNote(note string, required bool) (string, error) {
 	return note, nil
 }
 
-// decide records the decision with the signed-in approver in its note.
+// decide records the signed-in approver's vote (quorum.go), which may decide the request.
 func (p *approvalPage) decide(id, status, note string, validFor time.Duration, approver string) reply {
 	if !p.s.seesRequest(approver, id) {
 		return fail(provider.CodeNotFound, "no request "+quote(id))
 	}
-	req, err := p.s.decide(id, status, decisionNote(note, status, approver), nil, validFor)
+	rec, err := p.s.vote(id, approver, status, note, nil, validFor)
 	if errors.Is(err, ErrAlreadyTerminal) {
-		return fail(provider.CodeAlreadyTerminal, "the request is already "+req.Status+": its outcome is unchanged")
+		return fail(provider.CodeAlreadyTerminal, "the request is already "+rec.Status+": its outcome is unchanged")
 	}
 	if err != nil {
 		return p.s.failure(err, "no request "+quote(id))
 	}
-	p.s.log.Info("decided on the approval page", "id", req.ID, "status", req.Status, "approver", approver)
+	if rec.Status == provider.StatusPending {
+		p.created.notify() // the other approvers' pages show the vote
+	}
+	p.s.log.Info("voted on the approval page", "id", rec.ID, "status", rec.Status, "approver", approver)
 	return success(http.StatusOK, p.s.adminRequest(id))
 }

@@ -41,6 +41,19 @@ type pageItem struct {
 	Note           string     `json:"note,omitempty"`
 	DecidedAt      *time.Time `json:"decided_at,omitempty"`
 	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+	// ApprovalsRequired and ApprovalsNeeded are the request's quorum and how many more approvals it
+	// needs; Votes the votes so far (quorum.go).
+	ApprovalsRequired int        `json:"approvals_required"`
+	ApprovalsNeeded   int        `json:"approvals_needed"`
+	Votes             []pageVote `json:"votes"`
+}
+
+// pageVote is a vote as the page shows it.
+type pageVote struct {
+	Approver string    `json:"approver"`
+	Vote     string    `json:"vote"`
+	Note     string    `json:"note,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // snapshot reads the state the page shows and, for each pending request, the channel closed when it
@@ -95,6 +108,10 @@ func newPageItem(rec record, names map[string]string) pageItem {
 		ID: rec.ID, Tool: visibleText(rec.Tool), Status: rec.Status, Arguments: prettyJSON(rec.Arguments),
 		AgentReasoning: visibleProse(rec.AgentReasoning), InstanceID: rec.Instance, InstanceName: visibleText(names[rec.Instance]),
 		IdempotencyKey: visibleText(rec.Key), CreatedAt: &rec.CreatedAt, DeadlineAt: &rec.DeadlineAt,
+		ApprovalsRequired: rec.required(), ApprovalsNeeded: rec.needed(), Votes: []pageVote{},
+	}
+	for _, v := range rec.Votes {
+		item.Votes = append(item.Votes, pageVote{Approver: visibleText(v.Approver), Vote: v.Vote, Note: visibleProse(v.Note), At: v.At})
 	}
 	if len(rec.Context) > 0 {
 		item.Context = prettyJSON(rec.Context)
@@ -105,8 +122,9 @@ func newPageItem(rec record, names map[string]string) pageItem {
 	return item
 }
 
-// handleEvents streams a "snapshot" event now and after every change: a new request, or a pending one
-// leaving pending. The stream ends with the session; the browser then reconnects and is refused.
+// handleEvents streams a "snapshot" event now and after every change: a new request, a vote, or a
+// pending one leaving pending. The stream ends with the session; the browser then reconnects and is
+// refused.
 func (p *approvalPage) handleEvents(w http.ResponseWriter, r *http.Request) {
 	expiry, ok := p.sessionExpiry(r)
 	if !ok {

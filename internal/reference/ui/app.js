@@ -10,6 +10,7 @@
   const recentRows = document.getElementById("recent-rows");
   const requestTemplate = document.getElementById("request-template");
   const recentTemplate = document.getElementById("recent-template");
+  const voteTemplate = document.getElementById("vote-template");
   const connection = document.getElementById("connection");
 
   // skew is the server clock minus the browser clock, so that time left follows the server's clock.
@@ -36,6 +37,27 @@
     root.querySelector(selector).textContent = text || "";
   }
 
+  // timestamp is an RFC 3339 time to the second, as the server renders it.
+  function timestamp(text) {
+    const ms = Date.parse(text);
+    return Number.isNaN(ms) ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+  }
+
+  // showVotes shows a request's quorum: the votes so far and how many more approvals it needs. It is
+  // hidden for a request that needs one approval.
+  function showVotes(article, req) {
+    article.querySelector(".votes").hidden = !(req.approvals_required > 1);
+    setText(article, ".approvals-needed", String(req.approvals_needed ?? ""));
+    setText(article, ".approvals-required", String(req.approvals_required ?? ""));
+    article.querySelector(".vote-list").replaceChildren(...(req.votes || []).map((vote) => {
+      const item = voteTemplate.content.firstElementChild.cloneNode(true);
+      for (const [selector, text] of [[".voter", vote.approver], [".vote", vote.vote], [".at", timestamp(vote.at)], [".vote-note", vote.note]]) {
+        setText(item, selector, text);
+      }
+      return item;
+    }));
+  }
+
   function newRequest(req) {
     const article = requestTemplate.content.firstElementChild.cloneNode(true);
     article.dataset.id = req.id;
@@ -54,6 +76,7 @@
     article.querySelector(".reasoning").hidden = !req.agent_reasoning;
     setText(article, ".context", req.context);
     article.querySelector(".runtime-context").hidden = !req.context;
+    showVotes(article, req);
     return article;
   }
 
@@ -68,7 +91,8 @@
   }
 
   // apply shows a snapshot. Rows already on the page stay as they are, so that a note being typed or a
-  // validity being chosen survives updates; new rows go where the snapshot puts them (newest first).
+  // validity being chosen survives updates, except for their votes; new rows go where the snapshot
+  // puts them (newest first).
   function apply(snap) {
     skew = Date.parse(snap.now) - Date.now();
     const existing = new Map();
@@ -79,7 +103,9 @@
     }
     let previous = null;
     for (const req of snap.pending) {
-      const article = existing.get(req.id) || newRequest(req);
+      let article = existing.get(req.id);
+      if (article) showVotes(article, req);
+      else article = newRequest(req);
       if (previous === null) {
         if (pending.firstElementChild !== article) pending.prepend(article);
       } else if (previous.nextElementSibling !== article) {
@@ -98,6 +124,12 @@
     error.hidden = !message;
   }
 
+  function showRecorded(article, message) {
+    const recorded = article.querySelector(".recorded");
+    recorded.textContent = message;
+    recorded.hidden = !message;
+  }
+
   async function decide(article, action) {
     const payload = { note: article.querySelector(".note").value };
     if (action === "approve") {
@@ -107,6 +139,7 @@
     const buttons = article.querySelectorAll("button");
     buttons.forEach((b) => { b.disabled = true; });
     showError(article, "");
+    showRecorded(article, "");
     try {
       const response = await fetch(`api/requests/${encodeURIComponent(article.dataset.id)}/${action}`, {
         method: "POST",
@@ -115,6 +148,13 @@
         body: JSON.stringify(payload),
       });
       if (response.ok) {
+        const decided = await response.json();
+        if (decided.status === "pending") {
+          // A vote short of the quorum: the request waits for the other approvers.
+          showRecorded(article, `Your approval is recorded: ${decided.approvals_needed} more needed.`);
+          buttons.forEach((b) => { b.disabled = false; });
+          return;
+        }
         article.remove();
         pendingEmpty.hidden = pending.querySelector("article.request") !== null;
         return;
