@@ -70,8 +70,10 @@ type Reconciler struct {
 	// ExecutionKey signs the Jobs the manager creates and tells them from Jobs others created
 	// (execproof.go).
 	ExecutionKey *ExecutionKey
-	// Receipts signs the receipt of every call that ends (receipts.go); nil signs none.
-	Receipts *Receipts
+	// Receipts signs the receipt of every call that ends (receipts.go); nil signs none. Its writes
+	// run beside the reconciles (receiptQueue).
+	Receipts     *Receipts
+	receiptQueue *receiptQueue
 
 	// asyncReads paces the reads of calls that wait for a notification (asyncwait.go).
 	asyncReads *asyncReads
@@ -128,7 +130,7 @@ type Reconciler struct {
 //	                                                                  Running)
 //	Running           observeJob (job.go), observePods (jobpods.go)   Running (ImageUnavailable, back to
 //	                                                                  JobCreated), Succeeded, Failed
-//	terminal          issueReceipt (receipts.go), removeFinalizer     - (once its time to live has
+//	terminal          queueReceipt (receiptqueue.go), removeFinalizer - (once its time to live has
 //	                  (deletion.go), then retire (retention.go)       passed: the ToolCall is deleted)
 //	(deleted)         reconcileDelete (deletion.go)                   the ToolCall is gone
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -151,9 +153,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if tc.Status.Phase.IsTerminal() {
 		r.stopWaiting(tc.UID)
-		if err := r.issueReceipt(ctx, tc); err != nil {
-			return ctrl.Result{}, err
-		}
+		r.queueReceipt(tc)
 		if err := r.removeFinalizer(ctx, tc); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -189,11 +189,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.reportTransition(orig, tc)
 	if tc.Status.Phase == tg.PhaseRunning || tc.Status.Phase.IsTerminal() {
 		// Approved (or ended): no request of this ToolCall can be pending any more. An ended call
-		// gets its receipt first (receipts.go), and keeps its finalizer until it holds it.
+		// is queued for its receipt (receiptqueue.go), and keeps its finalizer until it holds it.
 		r.stopWaiting(tc.UID)
-		if rerr := r.issueReceipt(ctx, tc); rerr != nil {
-			return ctrl.Result{}, errors.Join(err, rerr)
-		}
+		r.queueReceipt(tc)
 		if ferr := r.removeFinalizer(ctx, tc); ferr != nil {
 			return ctrl.Result{}, errors.Join(err, ferr)
 		}
@@ -275,6 +273,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if err := mgr.Add(r.ExecutionKey); err != nil {
 		return err
+	}
+	if r.Receipts != nil {
+		r.receiptQueue = newReceiptQueue(r, mgr.GetLogger().WithName("receipts"))
+		if err := mgr.Add(r.receiptQueue); err != nil {
+			return err
+		}
 	}
 	r.notified = make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)
 	replayed := make(chan event.TypedGenericEvent[*tg.ToolCall], notifiedBuffer)

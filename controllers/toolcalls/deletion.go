@@ -24,10 +24,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Resul
 	if !controllerutil.ContainsFinalizer(tc, tg.Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	// An ended call is let go once it holds its receipt.
-	if err := r.issueReceipt(ctx, tc); err != nil {
-		return ctrl.Result{}, err
-	}
+	// An ended call is let go once it holds its receipt: its write reconciles the call again.
+	r.queueReceipt(tc)
 	switch tc.Status.Phase {
 	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
 		ended, err := r.withdrawOwn(ctx, sc)
