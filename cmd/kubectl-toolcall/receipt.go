@@ -28,11 +28,7 @@ func (c *cli) receipt(ctx context.Context, args []string) error {
 		return usagef("receipt", "receipt takes exactly one NAME, got %d arguments", len(fs.Args()))
 	}
 	name := fs.Args()[0]
-	cl, ns, err := c.connect()
-	if err != nil {
-		return err
-	}
-	tc, err := receiptOf(ctx, cl, ns, name)
+	_, _, tc, err := c.connectToReceipt(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -55,6 +51,17 @@ func (c *cli) receipt(ctx context.Context, args []string) error {
 	}
 	_, err = fmt.Fprint(c.stdout, tc.Status.Receipt.Envelope)
 	return err
+}
+
+// connectToReceipt connects to the cluster and reads the ToolCall name of the current namespace,
+// which must have ended and hold its receipt.
+func (c *cli) connectToReceipt(ctx context.Context, name string) (client.WithWatch, string, *tg.ToolCall, error) {
+	cl, ns, err := c.connect()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	tc, err := receiptOf(ctx, cl, ns, name)
+	return cl, ns, tc, err
 }
 
 // receiptOf reads the ToolCall name, which must have ended and hold its receipt.

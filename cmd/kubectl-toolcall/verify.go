@@ -104,11 +104,7 @@ func (c *cli) verify(ctx context.Context, args []string) error {
 		}
 	}
 	name := fs.Args()[0]
-	cl, ns, err := c.connect()
-	if err != nil {
-		return err
-	}
-	tc, err := receiptOf(ctx, cl, ns, name)
+	cl, ns, tc, err := c.connectToReceipt(ctx, name)
 	if err != nil {
 		return err
 	}
