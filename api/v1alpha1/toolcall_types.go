@@ -156,9 +156,10 @@ type Decision struct {
 
 // Execution is what ran, as the kubelet reported it when the Job ended.
 type Execution struct {
-	// podName and podUID name the Pod whose result was recorded (the newest that ended).
+	// podName is the Pod whose result was recorded (the newest that ended).
 	// +optional
 	PodName string `json:"podName,omitempty"`
+	// podUID is that Pod's UID.
 	// +optional
 	PodUID types.UID `json:"podUID,omitempty"`
 	// nodeName is the node it ran on.
@@ -175,15 +176,20 @@ type Execution struct {
 
 // ExecutedContainer is one container of the tool's Pod.
 type ExecutedContainer struct {
-	Name  string `json:"name"`
+	// name is the container's name in the Tool's Job template.
+	Name string `json:"name"`
+	// image is the image the template names.
 	Image string `json:"image"`
 	// imageID is the image the kubelet ran, with its digest (e.g. docker.io/library/x@sha256:…).
 	// +optional
 	ImageID string `json:"imageID,omitempty"`
+	// startedAt is when the container started, as the kubelet reported it.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// finishedAt is when it ended.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// exitCode is its exit code.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
 }
