@@ -60,6 +60,9 @@ func (rq *receiptQueue) next(ctx context.Context) bool {
 	}
 	defer rq.q.Done(key)
 	if err := rq.issue(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return false // the manager stops; its successor writes the receipt
+		}
 		rq.log.Error(err, "writing a receipt; trying again", "toolCall", key)
 		rq.q.AddRateLimited(key)
 		return true
