@@ -143,9 +143,9 @@ var allowedPermissions = map[string]map[string]string{
 	"manager-namespace-role": {
 		"get secrets named toolgate-execution-key": "reads the execution key (controllers/toolcalls/execproof.go)",
 		"get secrets named toolgate-receipt-key":   "reads the key receipts are signed with (controllers/toolcalls/receiptkey.go)",
-		"create secrets":              "creates the execution key and the receipt key at the first start (RBAC cannot limit a create to a name)",
-		"create events.events.k8s.io": "records an untrusted position of withdrawn removals on the Lease toolgate-gone-cursor",
-		"patch events.events.k8s.io":  "records repeated Events",
+		"create secrets":                           "creates the execution key at the first start and the receipt key at the first receipt (RBAC cannot limit a create to a name)",
+		"create events.events.k8s.io":              "records an untrusted position of withdrawn removals on the Lease toolgate-gone-cursor",
+		"patch events.events.k8s.io":               "records repeated Events",
 	},
 	"metrics-auth-role": {
 		"create tokenreviews.authentication.k8s.io":        "authenticates callers of the metrics endpoint",
