@@ -4,7 +4,8 @@
 # installs Toolgate (hack/cluster.sh install: the chart with config/dev/values.yaml, and the reference
 # provider), runs the rest of the e2e suite in test/e2e against it, and stops the cluster again, also
 # when the suite fails. The receipts test builds cosign from hack/tools/cosign on its first run, into
-# ${TOOLGATE_CACHE:-~/.cache/toolgate}/tools/cosign-<version>/ (several minutes cold, nothing after).
+# ${TOOLGATE_CACHE:-~/.cache/toolgate}/tools/cosign-<version>/ (several minutes cold, nothing after;
+# the suite's timeout leaves room for it).
 # Arguments are passed to `go test`. E2E_KEEP_CLUSTER=1 leaves the cluster running afterwards.
 set -euo pipefail
 
@@ -32,4 +33,4 @@ hack/cluster.sh install
 echo "test-e2e: Toolgate installed after $((SECONDS - start))s" >&2
 
 set -x
-go test -tags e2e ./test/e2e/ -skip '^TestQuickStart$' -count=1 -v -timeout 30m "$@"
+go test -tags e2e ./test/e2e/ -skip '^TestQuickStart$' -count=1 -v -timeout 45m "$@"
