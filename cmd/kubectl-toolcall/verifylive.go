@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
-	"github.com/gowebpki/jcs"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -108,23 +106,13 @@ func checkContainer(c receipt.Container, statuses []corev1.ContainerStatus, rep 
 	switch {
 	case c.ImageID == "" && live == "":
 		rep.note("container %s: no image digest to compare (the kubelet reported no imageID); image %s", c.Name, c.Image)
-	case c.ImageDigest != "" && imageDigest(live) == c.ImageDigest:
+	case c.ImageDigest != "" && receipt.ImageDigest(live) == c.ImageDigest:
 		rep.ok("container %s: image %s at %s, as the Pod reports", c.Name, c.Image, c.ImageDigest)
 	case c.ImageDigest == "" && live == c.ImageID:
 		rep.ok("container %s: image %s, imageID %s, as the Pod reports", c.Name, c.Image, c.ImageID)
 	default:
 		rep.fail("container %s: the receipt names image %s (%s), the Pod reports %s", c.Name, c.ImageID, c.ImageDigest, live)
 	}
-}
-
-// imageDigest is the sha256:… digest an imageID names (repo@sha256:…, or the digest alone), else "",
-// as the manager reads it.
-func imageDigest(imageID string) string {
-	i := strings.LastIndex(imageID, "sha256:")
-	if i < 0 || len(imageID)-i != len("sha256:")+64 {
-		return ""
-	}
-	return imageID[i:]
 }
 
 // checkNoJob checks that a call whose receipt says it did not run has no Job.
@@ -188,15 +176,11 @@ func checkTool(ctx context.Context, r client.Reader, ns string, t *receipt.Tool,
 	rep.ok("tool: %s exists with uid %s, still at generation %d", t.Name, t.UID, t.Generation)
 }
 
-// toolSpecDigest is the digest of the Tool's spec in canonical JSON, as the manager writes it.
+// toolSpecDigest is the digest of the Tool's spec as the manager writes it (receipt.SpecDigest).
 func toolSpecDigest(t *tg.Tool) string {
-	raw, err := json.Marshal(t.Spec)
+	d, err := receipt.SpecDigest(t.Spec)
 	if err != nil {
 		return fmt.Sprintf("<%v>", err)
 	}
-	c, err := jcs.Transform(raw)
-	if err != nil {
-		return fmt.Sprintf("<%v>", err)
-	}
-	return "sha256:" + receipt.Sha256(c)
+	return d
 }

@@ -2,11 +2,8 @@ package toolcalls
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 
-	"github.com/gowebpki/jcs"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,10 +71,8 @@ func predicateOf(tc *tg.ToolCall, f *receiptFacts) *receipt.Predicate {
 	rec := lifecycle.ReadRecord(tc)
 	p.Tool = receipt.Tool{ToolName: tc.Spec.Tool, Name: rec.Tool.Name, UID: string(rec.Tool.UID), Generation: rec.Tool.Generation}
 	if f.tool != nil {
-		if raw, err := json.Marshal(f.tool.Spec); err == nil {
-			if c, err := jcs.Transform(raw); err == nil {
-				p.Tool.SpecDigest = "sha256:" + receipt.Sha256(c)
-			}
+		if d, err := receipt.SpecDigest(f.tool.Spec); err == nil {
+			p.Tool.SpecDigest = d
 		}
 	}
 	if d := s.Decision; d != nil {
@@ -104,7 +99,7 @@ func predicateOf(tc *tg.ToolCall, f *receiptFacts) *receipt.Predicate {
 		if e := s.Execution; e != nil {
 			ex.PodName, ex.PodUID, ex.NodeName, ex.ResultTruncated = e.PodName, string(e.PodUID), e.NodeName, e.ResultTruncated
 			for _, c := range e.Containers {
-				ex.Containers = append(ex.Containers, receipt.Container{Name: c.Name, Image: c.Image, ImageID: c.ImageID, ImageDigest: imageDigest(c.ImageID),
+				ex.Containers = append(ex.Containers, receipt.Container{Name: c.Name, Image: c.Image, ImageID: c.ImageID, ImageDigest: receipt.ImageDigest(c.ImageID),
 					StartedAt: predicateTime(c.StartedAt), FinishedAt: predicateTime(c.FinishedAt), ExitCode: c.ExitCode})
 			}
 		}
@@ -134,12 +129,3 @@ func notRunReason(phase tg.ToolCallPhase) string {
 
 // predicateTime writes t as the predicate does; nil is "".
 func predicateTime(t *metav1.Time) string { return receipt.Time(timeOf(t)) }
-
-// imageDigest is the sha256:… digest an imageID names (repo@sha256:…, or the digest alone), else "".
-func imageDigest(imageID string) string {
-	i := strings.LastIndex(imageID, "sha256:")
-	if i < 0 || len(imageID)-i != len("sha256:")+64 {
-		return ""
-	}
-	return imageID[i:]
-}

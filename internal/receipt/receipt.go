@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gowebpki/jcs"
@@ -315,4 +316,28 @@ func Verify(ctx context.Context, envelope []byte, keys ...Key) (*Verified, error
 func (v *Verified) Matches(name string, content []byte) bool {
 	d, ok := v.Subjects[name]
 	return ok && d == Sha256(content)
+}
+
+// SpecDigest is the digest a receipt gives a Tool's spec: the SHA-256 of its JSON in RFC 8785
+// canonical form, "sha256:<hex>".
+func SpecDigest(spec any) (string, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	c, err := jcs.Transform(raw)
+	if err != nil {
+		return "", err
+	}
+	return "sha256:" + Sha256(c), nil
+}
+
+// ImageDigest is the sha256:… digest a container status's imageID names (repo@sha256:…, or the
+// digest alone), else "".
+func ImageDigest(imageID string) string {
+	i := strings.LastIndex(imageID, "sha256:")
+	if i < 0 || len(imageID)-i != len("sha256:")+64 {
+		return ""
+	}
+	return imageID[i:]
 }
