@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -136,12 +135,8 @@ func TestReceiptSurvivesAKillAroundItsWrite(t *testing.T) {
 			h := th.New(t, env)
 			g := h.G
 			var died atomic.Bool
-			h.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-				c, err := client.NewWithWatch(cfg, o)
-				if err != nil {
-					return nil, err
-				}
-				return interceptor.NewClient(c, interceptor.Funcs{
+			interceptWithLive(h, func(client.Client) interceptor.Funcs {
+				return interceptor.Funcs{
 					SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 						data, _ := patch.Data(obj)
 						if died.Load() {
@@ -156,8 +151,8 @@ func TestReceiptSurvivesAKillAroundItsWrite(t *testing.T) {
 						}
 						return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 					},
-				}), nil
-			}
+				}
+			})
 			h.StopManager()
 			h.Start()
 			h.Tool("issue-refund", "issue_refund", "")
