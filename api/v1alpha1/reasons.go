@@ -171,6 +171,9 @@ const (
 	// ReasonPolicyApproved: an Approve rule of the Tool's spec.approval matched; no human was asked.
 	// Pending while the Job is created; also the Approved condition's reason and an event's.
 	ReasonPolicyApproved = "PolicyApproved"
+	// ReasonPreviewRunning: the Tool's preview Job runs; the request is submitted once its output is
+	// recorded (status.preview).
+	ReasonPreviewRunning = "PreviewRunning"
 )
 
 // AwaitingApproval.
@@ -287,6 +290,15 @@ const (
 	// manager is namespace-scoped with ClusterApprovalProviders off (--cluster-approval-providers=false,
 	// the chart's scope.namespaces). The reason of the call's Rejected and of the Tool's Ready False.
 	ReasonClusterProvidersOff = "ClusterProvidersOff"
+	// ReasonPreviewFailed: the Tool's preview failed, timed out or gave more than its maxBytes, and
+	// the Tool's spec.preview.onFailure is Deny; the message says what went wrong.
+	ReasonPreviewFailed = "PreviewFailed"
+	// ReasonPreviewNotVerified: status.preview is not a record the manager wrote (its proof does not
+	// verify), or a Job the manager did not create holds the preview Job's name: nothing runs.
+	ReasonPreviewNotVerified = "PreviewNotVerified"
+	// ReasonInvalidPreview: the Tool's spec.preview.jobTemplate is not a Job template the apiserver
+	// accepts (the message says why); also the Tool's Ready reason.
+	ReasonInvalidPreview = "InvalidPreview"
 )
 
 // Reasons of conditions only.

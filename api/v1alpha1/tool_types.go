@@ -68,10 +68,93 @@ type ToolSpec struct {
 	// +optional
 	FinishedCallTTL *metav1.Duration `json:"finishedCallTTL,omitempty"`
 
+	// preview, when set, runs a preview Job before any human is asked: the tool says what this call
+	// would do, without doing it. Its output goes into the approval request (the approver sees it,
+	// labelled as the tool's own claim), the approval rules read it as `preview`, and the execution
+	// Job receives its digest (TOOLGATE_PREVIEW_DIGEST) so that the tool can refuse to act when the
+	// world changed since. docs/previews.md is the contract of a preview Job.
+	// +optional
+	Preview *ToolPreview `json:"preview,omitempty"`
+
 	// mcpAnnotations are the MCP tool annotations the MCP gateway advertises for this tool. They are
 	// hints for clients and agents; they never change whether a call needs approval.
 	// +optional
 	MCPAnnotations *MCPToolAnnotations `json:"mcpAnnotations,omitempty"`
+}
+
+// PreviewFailureAction is what happens to a call whose preview failed, timed out or said too much.
+// +kubebuilder:validation:Enum=Deny;Ask
+type PreviewFailureAction string
+
+const (
+	// PreviewFailureDeny ends the call Rejected (PreviewFailed) without asking anyone.
+	PreviewFailureDeny PreviewFailureAction = "Deny"
+	// PreviewFailureAsk asks the human anyway, with the preview's error in place of its output.
+	PreviewFailureAsk PreviewFailureAction = "Ask"
+)
+
+// Limits and defaults of a preview.
+const (
+	// MaxPreviewBytes is the largest preview output a Tool may allow: the kubelet keeps at most 4096
+	// bytes of a termination message, and cuts what is longer without saying so, so an output of
+	// more than this could not be told from a cut one.
+	MaxPreviewBytes = 4000
+	// DefaultPreviewTimeout is spec.preview.timeout when it is not set.
+	DefaultPreviewTimeout = "1m"
+	// MaxPreviewTimeout is the longest spec.preview.timeout.
+	MaxPreviewTimeout = "10m"
+	// PreviewModeEnv is the env variable that tells a tool's container which run it is: "preview"
+	// in the preview Job, "execute" in the execution Job of a Tool that has a preview.
+	PreviewModeEnv = "TOOLGATE_MODE"
+	// PreviewDigestEnv carries, in the execution Job, the digest of the preview the approver saw
+	// (sha256:<hex> of its output; empty when the preview failed and the Tool asked anyway).
+	PreviewDigestEnv = "TOOLGATE_PREVIEW_DIGEST"
+	// PreviewMaxBytesEnv carries, in the preview Job, spec.preview.maxBytes.
+	PreviewMaxBytesEnv = "TOOLGATE_PREVIEW_MAX_BYTES"
+)
+
+// ToolPreview is the Job that says what a call would do before a human is asked.
+type ToolPreview struct {
+	// jobTemplate is the preview's Job (a batch/v1 JobTemplateSpec, as spec.jobTemplate). Without it,
+	// spec.jobTemplate runs in preview mode. Either way the controller adds the call's env (as for
+	// the execution Job), TOOLGATE_MODE=preview and TOOLGATE_PREVIEW_MAX_BYTES, sets backoffLimit 0
+	// and activeDeadlineSeconds from timeout, and, unless allowSecrets is true, removes every
+	// reference to a Secret (env, envFrom and volumes). The preview's output is the termination
+	// message of its Job's first container. It is checked by a server-side dry run when a call is
+	// accepted.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +optional
+	JobTemplate *apiextensionsv1.JSON `json:"jobTemplate,omitempty"`
+
+	// timeout bounds the preview: its Job's activeDeadlineSeconds, and how long the manager waits
+	// for its output. It comes out of the caller's waiting limit. At most 10m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('10m')",message="preview.timeout must be a duration from 1s to 10m such as 30s or 2m"
+	// +kubebuilder:default="1m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// maxBytes is the largest output the preview may give, 1 to 4000 bytes. A longer output is a
+	// failure of the preview (onFailure decides), never cut.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4000
+	// +kubebuilder:default=4000
+	// +optional
+	MaxBytes int32 `json:"maxBytes,omitempty"`
+
+	// onFailure is what happens when the preview fails, times out or gives more than maxBytes: Deny
+	// (the default) ends the call Rejected without asking anyone; Ask puts the call to a human with
+	// the preview's error shown in its place.
+	// +kubebuilder:default=Deny
+	// +optional
+	OnFailure PreviewFailureAction `json:"onFailure,omitempty"`
+
+	// allowSecrets lets the preview Job keep the Secrets its template references. Without it they
+	// are removed: a preview that only reads what it is given cannot act with the tool's credentials.
+	// +optional
+	AllowSecrets bool `json:"allowSecrets,omitempty"`
 }
 
 // ApprovalAction is what a matching approval rule does with a call.
@@ -111,8 +194,10 @@ type ApprovalRule struct {
 	Name string `json:"name"`
 
 	// expression is a CEL expression that evaluates to a bool. It sees `arguments` (the ToolCall's
-	// spec.arguments) and `requester` ({username, uid, groups}, empty when not recorded). There is
-	// no clock: a rule cannot depend on the time of day.
+	// spec.arguments), `requester` ({username, uid, groups}, empty when not recorded) and `preview`
+	// ({present, failed, error, format, output, json, digest}: the Tool's preview, whose rules run
+	// after it; present is false for a Tool without one). There is no clock: a rule cannot depend on
+	// the time of day.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	// +required

@@ -154,6 +154,52 @@ type Decision struct {
 	ResponseDigest string `json:"responseDigest,omitempty"`
 }
 
+// PreviewFormat is how a preview's output reads.
+// +kubebuilder:validation:Enum=json;text
+type PreviewFormat string
+
+const (
+	// PreviewFormatJSON: the output is one JSON object or array.
+	PreviewFormatJSON PreviewFormat = "json"
+	// PreviewFormatText: any other output, shown as text.
+	PreviewFormatText PreviewFormat = "text"
+)
+
+// PreviewRecord is a preview's outcome as the manager recorded it. It is the tool's own claim of
+// what the call would do: the manager ran the preview but does not check what it says.
+type PreviewRecord struct {
+	// jobName is the preview Job.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+	// output is the preview's output (the termination message of its Job's first container), at most
+	// the Tool's spec.preview.maxBytes; empty when the preview failed.
+	// +optional
+	Output string `json:"output,omitempty"`
+	// format is json when output is one JSON object or array, else text.
+	// +optional
+	Format PreviewFormat `json:"format,omitempty"`
+	// digest is sha256:<hex> of output, the value the execution Job receives as
+	// TOOLGATE_PREVIEW_DIGEST; empty when the preview failed.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// image is the image of the container that gave the output, as its template names it.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// imageID is that container's image as the kubelet reported it (with its digest).
+	// +optional
+	ImageID string `json:"imageID,omitempty"`
+	// error says why the preview failed, timed out or was refused; empty when it gave its output.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// completedAt is when the manager recorded the preview's outcome.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// proof is the manager's MAC over this record and the ToolCall (with its execution key): a
+	// record it does not verify is not the manager's, and the call ends without running.
+	// +optional
+	Proof string `json:"proof,omitempty"`
+}
+
 // Execution is what ran, as the kubelet reported it when the Job ended.
 type Execution struct {
 	// podName is the Pod whose result was recorded (the newest that ended).
@@ -228,6 +274,10 @@ type ToolCallStatus struct {
 	// makes the manager read the request.
 	// +optional
 	Notification *Notification `json:"notification,omitempty"`
+	// preview is what the Tool's preview said, recorded before the approval request is first
+	// submitted, so that every submission sends the same body.
+	// +optional
+	Preview *PreviewRecord `json:"preview,omitempty"`
 	// jobName is the Job executing the tool. Its existence is the record that the tool was started.
 	// +optional
 	JobName string `json:"jobName,omitempty"`
