@@ -34,6 +34,8 @@ const (
 	LabelToolCallUID  = "toolgate.dev/toolcall-uid"
 	LabelToolCallName = "toolgate.dev/toolcall"
 	LabelToolName     = "toolgate.dev/tool"
+	// LabelPreview, "true", marks a Tool's preview Job (and its Pods): it never runs the tool.
+	LabelPreview = "toolgate.dev/preview"
 )
 
 // Annotations the controller writes when it accepts a ToolCall (with its finalizer, before the first

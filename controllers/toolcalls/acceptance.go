@@ -32,8 +32,14 @@ func (r *Reconciler) accept(ctx context.Context, sc *scope) (*acceptedCall, *lif
 		return nil, rej, nil
 	}
 	w := lifecycle.NewWindow(tc, lifecycle.ExecutionTimeout(tool))
-	timeout := r.Timing.RequestedTimeout(w, durationPtr(tc.Spec.Timeout), r.Clock.Now())
-	if err := r.Timing.CheckFits(w, timeout, r.Clock.Now()); err != nil {
+	// The request is submitted once the Tool's preview (if any) has said what the call would do: the
+	// approval timeout counts from then.
+	submitted := r.Clock.Now().Add(previewReserve(tool))
+	timeout := r.Timing.RequestedTimeout(w, durationPtr(tc.Spec.Timeout), submitted)
+	if err := r.Timing.CheckFits(w, timeout, submitted); err != nil {
+		if reserve := previewReserve(tool); reserve > 0 {
+			err = fmt.Errorf("%w; the Tool's preview comes first and takes up to %s of it (its spec.preview.timeout and %s more)", err, reserve, previewGrace)
+		}
 		return nil, lifecycle.TimeoutDoesNotFit.Status(err), nil
 	}
 	// The Job the approval would start must be valid before anyone is asked to approve it. The

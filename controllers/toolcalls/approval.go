@@ -26,7 +26,7 @@ func (r *Reconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error)
 		// A rule approved the call in an earlier reconcile whose Job create failed, or so says a
 		// status that anyone allowed to write toolcalls/status may have written: the Tool's rules
 		// decide again, and only their approval goes on to the run gate.
-		holds, err := r.ruleApprovalHolds(ctx, tc)
+		holds, err := r.ruleApprovalHolds(ctx, sc)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -63,6 +63,16 @@ func (r *Reconciler) submit(ctx context.Context, sc *scope) (ctrl.Result, error)
 			r.withdrawRejected(ctx, sc)
 		}
 		return ctrl.Result{}, err
+	}
+	if adm.tool.Spec.Preview != nil {
+		// The preview runs before anyone is asked, and the Tool's rules decide with what it said.
+		if done, res, err := r.runPreview(ctx, sc, adm.tool); !done || err != nil {
+			return res, err
+		}
+		if rej := r.decideWithPreview(sc, adm); rej != nil {
+			setStatus(tc, rej)
+			return ctrl.Result{}, nil
+		}
 	}
 	if adm.verdict.Action == tg.ActionApprove {
 		return r.approveByPolicy(ctx, sc, adm)

@@ -103,9 +103,13 @@ type Reconciler struct {
 // (writelog.go).
 //
 //	saved phase       step (file)                                    next phases
+//	"", Pending,      previewNotVerified (preview.go) when            ApprovalUnavailable (its Job exists:
+//	AwaitingApproval  status.preview is not the manager's record      Running)
 //	"", Pending       submit (approval.go):
 //	                  - accept a new call, or checkAcceptance of an   Rejected (an accepted call whose Job
 //	                    accepted one (acceptance.go)                  exists: Running)
+//	                  - a Tool with a preview: runPreview, then its   Pending (PreviewRunning), Rejected
+//	                    rules with the preview (preview.go)           (PreviewFailed)
 //	                  - an Approve rule: approveByPolicy (policy.go)  Pending (PolicyApproved), then startJob
 //	                  - awaitProvider while the accepted provider     Pending (ProviderNotReady),
 //	                    is missing or not Ready (approval.go)         ApprovalUnavailable (WaitingLimitReached)
@@ -142,6 +146,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	sc := newScope(tc)
+	if !tc.Status.Phase.IsTerminal() {
+		if err := r.checkPreview(ctx, sc); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if !tc.DeletionTimestamp.IsZero() {
 		r.written.forget(tc.UID)
 		return r.reconcileDelete(ctx, sc)
@@ -166,10 +175,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var res ctrl.Result
 	var err error
 	switch tc.Status.Phase {
-	case "", tg.PhasePending:
+	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
+		if sc.previewProblem != "" {
+			// status.preview is not the manager's (preview.go): nothing is asked or run on it.
+			res, err = r.previewNotVerified(ctx, sc)
+			break
+		}
+		if tc.Status.Phase == tg.PhaseAwaitingApproval {
+			res, err = r.awaitDecision(ctx, sc)
+			break
+		}
 		res, err = r.submit(ctx, sc)
-	case tg.PhaseAwaitingApproval:
-		res, err = r.awaitDecision(ctx, sc)
 	case tg.PhaseRunning:
 		res, err = r.observeJob(ctx, sc)
 	}

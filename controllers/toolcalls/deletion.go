@@ -28,6 +28,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, sc *scope) (ctrl.Resul
 	r.queueReceipt(tc)
 	switch tc.Status.Phase {
 	case "", tg.PhasePending, tg.PhaseAwaitingApproval:
+		if tc.Status.Reason == tg.ReasonPreviewRunning && tc.Status.Preview == nil {
+			// Its preview had not said anything yet: no request was ever submitted (preview.go).
+			break
+		}
 		ended, err := r.withdrawOwn(ctx, sc)
 		switch {
 		case provider.CannotCancel(err):

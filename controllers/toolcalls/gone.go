@@ -213,6 +213,10 @@ func (r *Reconciler) withdrawGone(ctx context.Context, key types.NamespacedName)
 		return nil
 	}
 	sc := newScope(c.tc)
+	// The request is found again by its own body, which carries the preview the manager recorded.
+	if err := r.checkPreview(ctx, sc); err != nil {
+		return err
+	}
 	err := r.withdrawGoneCall(ctx, sc)
 	if err == nil {
 		r.gone.done(key, c.tc.UID)

@@ -94,6 +94,11 @@ func (r *Reconciler) approvedJob(ctx context.Context, sc *scope) (*batchv1.Job, 
 		return nil, lifecycle.ApprovedToolDeleted.Status(tool.Name), nil
 	}
 	tool = live
+	if tool.Spec.Preview != nil && sc.preview == nil && lifecycle.ToolVersionMismatch(tc, tool) == "" {
+		// The execution Job carries the digest of the preview the approver saw: without the
+		// manager's record of it there is nothing to carry.
+		return nil, lifecycle.PreviewNotVerified.Status("status.preview, the record of the preview the approver saw, is missing"), nil
+	}
 	acc, err := sc.accepted()
 	if err != nil {
 		return nil, nil, err
@@ -360,6 +365,7 @@ func buildJob(tc *tg.ToolCall, tool *tg.Tool, activeDeadlineSeconds int64) *batc
 		{Name: "TOOLCALL_NAME", Value: literalEnv(tc.Name)},
 		{Name: "TOOLCALL_UID", Value: literalEnv(string(tc.UID))},
 	}
+	env = append(env, executionEnv(tc, tool)...)
 	for i := range pod.Spec.InitContainers {
 		pod.Spec.InitContainers[i].Env = append(pod.Spec.InitContainers[i].Env, env...)
 	}

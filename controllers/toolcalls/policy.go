@@ -25,12 +25,18 @@ type acceptedCall struct {
 // applyRules compiles (once per Tool generation) and runs the Tool's approval rules on the call. A
 // Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
 // Approve or Require.
+//
+// The rules of a Tool with a preview run after it (decideWithPreview): at acceptance they only have
+// to compile, and the verdict is Require.
 func (r *Reconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*acceptedCall, *lifecycle.Status) {
 	rules, err := r.Tools.Rules(tool)
 	if err != nil {
 		return nil, lifecycle.RulesInvalid.Status(tool.Name, err)
 	}
-	verdict := r.evaluateRules(tc, tool, rules)
+	if tool.Spec.Preview != nil {
+		return &acceptedCall{tool: tool, verdict: policy.Result{Action: tg.ActionRequire}}, nil
+	}
+	verdict := r.evaluateRules(tc, tool, rules, nil)
 	if verdict.Action == tg.ActionDeny {
 		return nil, policyDenial(tc, tool, verdict.Rule)
 	}
@@ -39,12 +45,34 @@ func (r *Reconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*acceptedCall, 
 
 // evaluateRules runs the Tool's rules on the call. A rule that cannot be evaluated puts the call to a
 // human and says so in a Warning event.
-func (r *Reconciler) evaluateRules(tc *tg.ToolCall, tool *tg.Tool, rules *policy.Rules) policy.Result {
-	res := rules.Evaluate(policy.Input{Arguments: tc.Spec.Arguments.Raw, Requester: requesterOf(tc)})
+func (r *Reconciler) evaluateRules(tc *tg.ToolCall, tool *tg.Tool, rules *policy.Rules, preview *tg.PreviewRecord) policy.Result {
+	res := rules.Evaluate(policy.Input{Arguments: tc.Spec.Arguments.Raw, Requester: requesterOf(tc), Preview: previewInput(tool, preview)})
 	if res.Err != nil {
 		r.emit(tc, tool, lifecycle.RulesUndecided, tool.Name, res.Err)
 	}
 	return res
+}
+
+// previewInput is the preview as the rules see it: nil for a Tool without one.
+func previewInput(tool *tg.Tool, p *tg.PreviewRecord) *policy.Preview {
+	if tool.Spec.Preview == nil || p == nil {
+		return nil
+	}
+	return &policy.Preview{Failed: p.Error != "", Error: p.Error, Format: string(p.Format), Output: p.Output, Digest: p.Digest}
+}
+
+// decideWithPreview runs the rules of a Tool with a preview, once the preview is recorded: a Deny
+// rule rejects the call (its status is returned), an Approve rule becomes adm's verdict.
+func (r *Reconciler) decideWithPreview(sc *scope, adm *acceptedCall) *lifecycle.Status {
+	rules, err := r.Tools.Rules(adm.tool)
+	if err != nil {
+		return lifecycle.RulesInvalid.Status(adm.tool.Name, err)
+	}
+	adm.verdict = r.evaluateRules(sc.tc, adm.tool, rules, sc.preview)
+	if adm.verdict.Action == tg.ActionDeny {
+		return policyDenial(sc.tc, adm.tool, adm.verdict.Rule)
+	}
+	return nil
 }
 
 // policyDenial is the outcome of a call a Deny rule matched: Rejected, the rule recorded as the
@@ -101,7 +129,8 @@ func (r *Reconciler) approveByPolicy(ctx context.Context, sc *scope, adm *accept
 // own: the Tool is the version the call was accepted against and its rules approve the call by that
 // rule. A Tool that is no longer that version also holds: the run gate then ends the call without
 // running it, as it ends any approval of another version.
-func (r *Reconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolCall) (bool, error) {
+func (r *Reconciler) ruleApprovalHolds(ctx context.Context, sc *scope) (bool, error) {
+	tc := sc.tc
 	tool, rej, err := r.findTool(ctx, tc)
 	if err != nil || rej != nil {
 		return rej != nil, err
@@ -113,7 +142,10 @@ func (r *Reconciler) ruleApprovalHolds(ctx context.Context, tc *tg.ToolCall) (bo
 	if err != nil {
 		return false, nil
 	}
-	verdict := r.evaluateRules(tc, tool, rules)
+	if tool.Spec.Preview != nil && sc.preview == nil {
+		return false, nil // its rules decide once the preview is recorded
+	}
+	verdict := r.evaluateRules(tc, tool, rules, sc.preview)
 	return verdict.Action == tg.ActionApprove && verdict.Rule == tc.Status.Decision.Rule, nil
 }
 

@@ -24,6 +24,10 @@ type scope struct {
 	own string
 	// client is the call's provider client (callProvider), nil until first resolved.
 	client provider.Client
+	// preview is status.preview once verified as the manager's (checkPreview, runPreview): it goes
+	// into every submission of the call. previewProblem says why a status.preview is not trusted.
+	preview        *tg.PreviewRecord
+	previewProblem string
 }
 
 func newScope(tc *tg.ToolCall) *scope { return &scope{tc: tc} }
@@ -40,7 +44,15 @@ func (s *scope) rec() lifecycle.Record {
 // just written on it (lifecycle.Record.Write), which the next steps go on with unread.
 func (s *scope) took(r lifecycle.Record) {
 	s.record, s.read = r, true
-	s.acceptance, s.unreadable = r.Acceptance(s.tc)
+	s.acceptance, s.unreadable = r.Acceptance(s.tc, s.preview)
+}
+
+// usePreview sets the call's verified preview; the approval request is rendered with it from now on.
+func (s *scope) usePreview(p *tg.PreviewRecord) {
+	s.preview = p
+	if s.read {
+		s.took(s.record)
+	}
 }
 
 // accepted is the call's window and approval request as its acceptance record fixes them.

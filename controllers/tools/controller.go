@@ -81,6 +81,7 @@ func Readiness() []readiness.Row {
 		{Kind: "Tool", Reason: tg.ReasonInvalidApprovalRules, Progress: readiness.Stalled},
 		{Kind: "Tool", Reason: tg.ReasonInvalidArgumentsSchema, Progress: readiness.Stalled},
 		{Kind: "Tool", Reason: tg.ReasonClusterProvidersOff, Progress: readiness.Stalled},
+		{Kind: "Tool", Reason: tg.ReasonInvalidPreview, Progress: readiness.Stalled},
 	}
 }
 
@@ -102,6 +103,12 @@ func ready(tool *tg.Tool, rules metav1.Condition, c *toolcache.Cache) (string, e
 	}
 	if rules.Status != metav1.ConditionTrue {
 		return "", readiness.Stalledf(rules.Reason, "%s", rules.Message)
+	}
+	if tool.Spec.Preview != nil {
+		if _, err := c.PreviewTemplate(tool); err != nil {
+			return "", readiness.Stalledf(tg.ReasonInvalidPreview, "%s. Calls to this Tool end Rejected (InvalidTool) until an admin fixes it.", err.Error())
+		}
+		schema += " spec.preview is read: each call runs its preview before a human is asked."
 	}
 	return rules.Message + " " + schema, nil
 }

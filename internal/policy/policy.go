@@ -35,6 +35,9 @@ const (
 	VarArguments = "arguments"
 	// VarRequester is {username, uid, groups}: who created the ToolCall, empty when not recorded.
 	VarRequester = "requester"
+	// VarPreview is {present, failed, error, format, output, json, digest}: what the Tool's preview
+	// said (present false for a Tool without one; json null unless format is json).
+	VarPreview = "preview"
 )
 
 // Limits bound what rules may cost. Costs are in the units of Kubernetes' CEL cost model.
@@ -73,6 +76,7 @@ func NewCompiler(limits Limits) (*Compiler, error) {
 		EnvOptions: []cel.EnvOption{
 			cel.Variable(VarArguments, cel.MapType(cel.StringType, cel.DynType)),
 			cel.Variable(VarRequester, cel.MapType(cel.StringType, cel.DynType)),
+			cel.Variable(VarPreview, cel.MapType(cel.StringType, cel.DynType)),
 		},
 	})
 	if err != nil {
@@ -175,12 +179,16 @@ func (c *Compiler) compileRule(r tg.ApprovalRule, seen map[string]bool) (Rule, e
 }
 
 // argumentSizes bounds the size of every value reached from the variables: a string, list or map in
-// arguments no larger than the arguments' serialized limit, and the requester is smaller still.
+// arguments no larger than the arguments' serialized limit, the requester smaller still, and the
+// preview no larger than its output's limit.
 type argumentSizes struct{}
 
 func (argumentSizes) EstimateSize(element checker.AstNode) *checker.SizeEstimate {
 	if p := element.Path(); len(p) > 0 && (p[0] == VarArguments || p[0] == VarRequester) {
 		return &checker.SizeEstimate{Min: 0, Max: tg.MaxArgumentsBytes}
+	}
+	if p := element.Path(); len(p) > 0 && p[0] == VarPreview {
+		return &checker.SizeEstimate{Min: 0, Max: tg.MaxPreviewBytes}
 	}
 	return nil
 }
@@ -201,6 +209,19 @@ type Input struct {
 	// Arguments is the ToolCall's spec.arguments, serialized JSON.
 	Arguments []byte
 	Requester Requester
+	// Preview is what the Tool's preview said; nil for a Tool without one.
+	Preview *Preview
+}
+
+// Preview is a preview's outcome as the rules see it.
+type Preview struct {
+	// Failed says the preview failed (Error says why); Output is then empty.
+	Failed bool
+	Error  string
+	// Format is "json" or "text"; Output the preview's output; Digest sha256:<hex> of it.
+	Format string
+	Output string
+	Digest string
 }
 
 // Result is the decision of a Tool's rules on one call.
@@ -270,10 +291,31 @@ func activation(in Input) (map[string]any, error) {
 	for i, g := range in.Requester.Groups {
 		groups[i] = g
 	}
+	pv, err := previewVar(in.Preview)
+	if err != nil {
+		return nil, err
+	}
 	return map[string]any{
 		VarArguments: args,
 		VarRequester: map[string]any{"username": in.Requester.Username, "uid": in.Requester.UID, "groups": groups},
+		VarPreview:   pv,
 	}, nil
+}
+
+// previewVar is the preview variable: every field present whatever happened, so that a rule can
+// test preview.present or preview.failed without has(); json is the output decoded as the arguments
+// are, or null.
+func previewVar(p *Preview) (map[string]any, error) {
+	if p == nil {
+		return map[string]any{"present": false, "failed": false, "error": "", "format": "", "output": "", "json": nil, "digest": ""}, nil
+	}
+	var decoded any
+	if p.Format == string(tg.PreviewFormatJSON) && !p.Failed {
+		if err := json.Unmarshal([]byte(p.Output), &decoded); err != nil {
+			return nil, fmt.Errorf("the preview's output is recorded as json but does not decode: %v", err)
+		}
+	}
+	return map[string]any{"present": true, "failed": p.Failed, "error": p.Error, "format": p.Format, "output": p.Output, "json": decoded, "digest": p.Digest}, nil
 }
 
 // oneLine folds the compiler's multi-line messages (with their caret diagrams) into one line for a

@@ -206,3 +206,61 @@ func TestDocumentedFunctionsEvaluate(t *testing.T) {
 		})
 	}
 }
+
+// The worked example of docs/previews.md: a harmless plan is approved, a dangerous one denied, and a
+// failed preview put to a human.
+var plans = rules(
+	rule("preview-failed", `preview.failed`, tg.ActionRequire),
+	rule("no-deletions", `preview.format == "json" && preview.json.deletes > 0`, tg.ActionDeny),
+	rule("only-additions", `preview.format == "json" && preview.json.changes == 0`, tg.ActionApprove),
+)
+
+func TestEvaluatePreview(t *testing.T) {
+	c, err := NewCompiler(DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		policy  *tg.ApprovalPolicy
+		preview *Preview
+		action  tg.ApprovalAction
+		rule    string
+		err     string
+	}{
+		{name: "harmless plan approved", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":3,"changes":0,"deletes":0}`, Digest: "sha256:a"},
+			action: tg.ActionApprove, rule: "only-additions"},
+		{name: "dangerous plan denied", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":0,"changes":1,"deletes":2}`},
+			action: tg.ActionDeny, rule: "no-deletions"},
+		{name: "other plan asks a human", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":0,"changes":1,"deletes":0}`},
+			action: tg.ActionRequire},
+		{name: "failed preview asks a human", policy: plans, preview: &Preview{Failed: true, Error: "timed out"},
+			action: tg.ActionRequire, rule: "preview-failed"},
+		{name: "text preview: json is null, format guards it", policy: plans, preview: &Preview{Format: "text", Output: "3 to add"},
+			action: tg.ActionRequire},
+		{name: "text preview read as json fails the rule", policy: rules(rule("r", `preview.json.deletes > 0`, tg.ActionDeny)),
+			preview: &Preview{Format: "text", Output: "3 to add"}, action: tg.ActionRequire, err: "rule r:"},
+		{name: "output and digest as strings", policy: rules(rule("r", `preview.output.contains("add") && preview.digest == "sha256:b"`, tg.ActionApprove)),
+			preview: &Preview{Format: "text", Output: "3 to add", Digest: "sha256:b"}, action: tg.ActionApprove, rule: "r"},
+		{name: "a Tool without a preview: present is false", policy: rules(rule("r", `!preview.present`, tg.ActionApprove)),
+			action: tg.ActionApprove, rule: "r"},
+		{name: "a Tool without a preview never matches a preview rule", policy: plans, action: tg.ActionRequire},
+		{name: "a json record that does not decode asks a human", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":`},
+			action: tg.ActionRequire, err: "does not decode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			rs, err := c.Compile(tc.policy)
+			g.Expect(err).NotTo(HaveOccurred())
+			got := rs.Evaluate(Input{Arguments: []byte(`{}`), Preview: tc.preview})
+			if tc.err != "" {
+				g.Expect(got.Err).To(MatchError(ContainSubstring(tc.err)))
+				g.Expect(got.Action).To(Equal(tg.ActionRequire))
+				return
+			}
+			g.Expect(got.Err).NotTo(HaveOccurred())
+			g.Expect(got.Action).To(Equal(tc.action))
+			g.Expect(got.Rule).To(Equal(tc.rule))
+		})
+	}
+}

@@ -41,6 +41,8 @@ const (
 	PolicyApproved
 	// ProviderWaiting: the call's approvals provider is missing or not Ready (what is wrong).
 	ProviderWaiting
+	// PreviewRunning: the Tool's preview Job runs (the Job).
+	PreviewRunning
 
 	// AwaitingHuman: the provider holds the pending request.
 	AwaitingHuman
@@ -108,6 +110,8 @@ const (
 	UntrustedSubmitAnswer
 	// UntrustedAnswer: a later answer could not be trusted (the defect).
 	UntrustedAnswer
+	// PreviewNotVerified: the preview's record or Job is not the manager's (what is wrong).
+	PreviewNotVerified
 	// DecisionNotApproval: the run gate found a recorded decision that is not an approval.
 	DecisionNotApproval
 	// IdempotencyConflict: the provider holds another request under the call's key.
@@ -148,6 +152,11 @@ const (
 	// JobTemplateInvalid: the Tool's jobTemplate fails the Job dry run (the Tool, the apiserver's
 	// reason).
 	JobTemplateInvalid
+	// PreviewTemplateInvalid: the Tool's preview template fails the Job dry run or does not decode (the
+	// Tool, why).
+	PreviewTemplateInvalid
+	// PreviewFailed: the preview failed and the Tool's onFailure is Deny (the Tool, what went wrong).
+	PreviewFailed
 	// RulesInvalid: the Tool's approval rules do not compile (the Tool, the compiler's message).
 	RulesInvalid
 	// PolicyDenied: a Deny rule matched (the rule, the Tool).
@@ -170,6 +179,7 @@ const (
 var table = [outcomes]Row{
 	SubmitRetrying:  {tg.PhasePending, tg.ReasonSubmitFailed, "The approval request could not be submitted yet (%s); retrying until the waiting limit.", ""},
 	ProviderWaiting: {tg.PhasePending, tg.ReasonProviderNotReady, "The approval request cannot be submitted yet: %s. It is submitted once that is fixed, within the waiting limit.", ""},
+	PreviewRunning:  {tg.PhasePending, tg.ReasonPreviewRunning, "The Tool's preview (Job %s) runs; the approval request is submitted once it has said what the call would do.", ""},
 	PolicyApproved:  {tg.PhasePending, tg.ReasonPolicyApproved, "Rule %s of Tool %s approved the call (spec.approval); no human was asked. Starting the Job.", ""},
 
 	AwaitingHuman: {tg.PhaseAwaitingApproval, tg.ReasonAwaitingApproval, "Waiting for a human to approve or deny the call.", ""},
@@ -213,8 +223,10 @@ var table = [outcomes]Row{
 	ApprovedProviderChanged: {tg.PhaseApprovalUnavailable, tg.ReasonProviderChanged, "Approval could not be obtained from the approver pool of Tool %s: the approval came from %s, " +
 		"while the Tool's calls now go to %s. Create the ToolCall again to ask them.", DidNotRun},
 	UntrustedSubmitAnswer: {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the provider's answer to the submission could not be trusted (%s).", DidNotRun},
-	UntrustedAnswer:       {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the provider's answer could not be trusted (%s).", DidNotRun},
-	DecisionNotApproval:   {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the recorded decision is not an approval.", DidNotRun},
+	PreviewNotVerified: {tg.PhaseApprovalUnavailable, tg.ReasonPreviewNotVerified, "The call's preview cannot be trusted: %s. The manager puts a call to a human, " +
+		"and runs it, only on a preview it ran and recorded itself; check who may write toolcalls/status and create Jobs in this namespace.", DidNotRun},
+	UntrustedAnswer:     {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the provider's answer could not be trusted (%s).", DidNotRun},
+	DecisionNotApproval: {tg.PhaseApprovalUnavailable, tg.ReasonUntrustedProviderResponse, "Approval could not be obtained: the recorded decision is not an approval.", DidNotRun},
 	IdempotencyConflict: {tg.PhaseApprovalUnavailable, tg.ReasonIdempotencyConflict, "Approval could not be obtained: the approvals provider holds a different request under this call's " +
 		"idempotency key (idempotency_conflict), and no request is ever made under a new key.", DidNotRun},
 	RequestLost:      {tg.PhaseApprovalUnavailable, tg.ReasonApprovalRequestLost, "Approval could not be obtained: the approvals provider no longer knows the request.", DidNotRun},
@@ -238,6 +250,9 @@ var table = [outcomes]Row{
 	ArgumentsDoNotMatchSchema: {tg.PhaseRejected, tg.ReasonInvalidArguments, "spec.arguments do not match Tool %s's argumentsSchema: %s", ""},
 	SchemaInvalid:             {tg.PhaseRejected, tg.ReasonInvalidTool, "Tool %s has an invalid spec.argumentsSchema (%v); an admin must fix it.", ""},
 	JobTemplateInvalid:        {tg.PhaseRejected, tg.ReasonInvalidTool, "Tool %s: its spec.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", ""},
+	PreviewTemplateInvalid:    {tg.PhaseRejected, tg.ReasonInvalidTool, "Tool %s: its spec.preview.jobTemplate does not make a valid Job (%v); an admin must fix the Tool.", DidNotRun},
+	PreviewFailed: {tg.PhaseRejected, tg.ReasonPreviewFailed, "Tool %s's preview could not say what the call would do (%s), and the Tool's spec.preview.onFailure " +
+		"is Deny; no human was asked.", DidNotRun},
 	RulesInvalid: {tg.PhaseRejected, tg.ReasonInvalidApprovalRules, "Tool %s: its spec.approval does not compile (%v); an admin must fix the Tool. " +
 		"No human was asked and the call did not run.", ""},
 	PolicyDenied:      {tg.PhaseRejected, tg.ReasonPolicyDenied, "Rule %s of Tool %s denied the call (spec.approval); no human was asked.", DidNotRun},

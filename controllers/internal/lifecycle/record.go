@@ -202,15 +202,17 @@ type Acceptance struct {
 	Submission provider.Submission
 }
 
-// Acceptance is the window and approval request of tc as the record fixes them. It fails when the
+// Acceptance is the window and approval request of tc as the record fixes them, with preview, the
+// Tool's preview as the manager recorded and verified it (nil when the Tool has none, or before it
+// is recorded: the request is first submitted after it is). It fails when the
 // record lacks the execution or approval timeout, or holds a Tool generation that is not a number:
 // the call was not accepted yet, or not by this controller. It checks no more than that: whether the
 // record holds values acceptance could have written is the acceptance check's question.
-func (r Record) Acceptance(tc *tg.ToolCall) (Acceptance, error) {
+func (r Record) Acceptance(tc *tg.ToolCall, preview *tg.PreviewRecord) (Acceptance, error) {
 	if err := r.Problem(tg.AnnotationExecutionTimeout, tg.AnnotationApprovalTimeout); err != nil {
 		return Acceptance{}, err
 	}
-	rc, err := requestContext(tc, r)
+	rc, err := requestContext(tc, r, preview)
 	if err != nil {
 		return Acceptance{}, err
 	}

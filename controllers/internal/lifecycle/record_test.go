@@ -73,14 +73,14 @@ func TestRecordAcceptance(t *testing.T) {
 			if c.edit != nil {
 				c.edit(tc)
 			}
-			a, err := ReadRecord(tc).Acceptance(tc)
+			a, err := ReadRecord(tc).Acceptance(tc, nil)
 			if c.wantErr != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(c.wantErr)))
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
 			c.check(g, a)
-			again, err := ReadRecord(tc).Acceptance(tc)
+			again, err := ReadRecord(tc).Acceptance(tc, nil)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(again).To(Equal(a), "every read of the record is the same request")
 		})
@@ -116,9 +116,9 @@ func TestRecordWriteAndRead(t *testing.T) {
 	g.Expect(got.Problem(tg.AnnotationExecutionTimeout, tg.AnnotationApprovalTimeout, tg.AnnotationToolUID,
 		tg.AnnotationToolGeneration, tg.AnnotationProvider)).To(Succeed())
 	g.Expect(got).To(Equal(want), "the record written is the record read, so a reconcile that wrote it goes on with it")
-	ga, err := got.Acceptance(tc)
+	ga, err := got.Acceptance(tc, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	wa, err := want.Acceptance(tc)
+	wa, err := want.Acceptance(tc, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(wa).To(Equal(ga), "the same request body, from the record written and from the one read")
 	g.Expect(tc.Annotations).To(HaveKeyWithValue("kept", "yes"), "annotations that are not the record's are kept")

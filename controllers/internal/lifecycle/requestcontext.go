@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"errors"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -18,6 +19,47 @@ type requestContextBody struct {
 	ToolCall  toolCallContext  `json:"tool_call"`
 	Requester *requesterFacts  `json:"requester,omitempty"`
 	Tool      *toolFactsAtCall `json:"tool,omitempty"`
+	Preview   *previewFacts    `json:"preview,omitempty"`
+}
+
+// PreviewSource is the preview's "source": the tool itself, whose claim of what the call would do
+// Toolgate ran but does not verify.
+const PreviewSource = "tool"
+
+// previewFacts is what the Tool's preview said (status.preview as the manager recorded it): its
+// output, a JSON value for format json and a string otherwise, with its digest and the image that
+// gave it; or, for a failed preview the Tool asks a human about anyway, the error.
+type previewFacts struct {
+	Source  string          `json:"source"`
+	Format  string          `json:"format,omitempty"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	Digest  string          `json:"digest,omitempty"`
+	Image   string          `json:"image,omitempty"`
+	ImageID string          `json:"image_id,omitempty"`
+	Failed  bool            `json:"failed,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// previewFactsOf renders a recorded preview; nil for none.
+func previewFactsOf(p *tg.PreviewRecord) (*previewFacts, error) {
+	if p == nil {
+		return nil, nil
+	}
+	f := &previewFacts{Source: PreviewSource, Image: p.Image, ImageID: p.ImageID}
+	if p.Error != "" {
+		f.Failed, f.Error = true, p.Error
+		return f, nil
+	}
+	f.Format, f.Digest = string(p.Format), p.Digest
+	out, err := json.Marshal(p.Output)
+	if p.Format == tg.PreviewFormatJSON {
+		out, err = []byte(p.Output), nil
+		if !json.Valid(out) {
+			err = errors.New("status.preview.output is recorded as json but is not JSON")
+		}
+	}
+	f.Output = out
+	return f, err
 }
 
 type toolCallContext struct {
@@ -37,8 +79,9 @@ type toolFactsAtCall struct {
 	Generation int64  `json:"generation"`
 }
 
-// requestContext renders the context object of tc's approval request, accepted with record r.
-func requestContext(tc *tg.ToolCall, r Record) ([]byte, error) {
+// requestContext renders the context object of tc's approval request, accepted with record r, with
+// the preview the manager recorded (nil for none).
+func requestContext(tc *tg.ToolCall, r Record, preview *tg.PreviewRecord) ([]byte, error) {
 	body := requestContextBody{Namespace: tc.Namespace, ToolCall: toolCallContext{Name: tc.Name, UID: string(tc.UID)}}
 	if rq := tc.Spec.Requester; rq != nil {
 		groups := rq.Groups
@@ -53,6 +96,11 @@ func requestContext(tc *tg.ToolCall, r Record) ([]byte, error) {
 		}
 		body.Tool = &toolFactsAtCall{Name: r.Tool.Name, Generation: r.Tool.Generation}
 	}
+	pf, err := previewFactsOf(preview)
+	if err != nil {
+		return nil, err
+	}
+	body.Preview = pf
 	return json.Marshal(body)
 }
 

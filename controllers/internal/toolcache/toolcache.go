@@ -5,12 +5,14 @@ package toolcache
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
@@ -42,6 +44,10 @@ type toolFacts struct {
 	rulesOnce sync.Once
 	rules     *policy.Rules
 	rulesErr  error
+
+	previewOnce sync.Once
+	preview     *batchv1.JobTemplateSpec
+	previewErr  error
 }
 
 func New(limits policy.Limits) (*Cache, error) {
@@ -78,6 +84,33 @@ func (c *Cache) Rules(tool *tg.Tool) (*policy.Rules, error) {
 	f := c.entry(tool)
 	f.rulesOnce.Do(func() { f.rules, f.rulesErr = c.compiler.Compile(tool.Spec.Approval) })
 	return f.rules, f.rulesErr
+}
+
+// PreviewTemplate is the Job template of the Tool's preview, decoded once per generation:
+// spec.preview.jobTemplate, or spec.jobTemplate when it has none. A template that does not decode as
+// a batch/v1 JobTemplateSpec (an unknown field, a wrong type, no container) is an error that names
+// the field. The Tool must have a spec.preview.
+func (c *Cache) PreviewTemplate(tool *tg.Tool) (*batchv1.JobTemplateSpec, error) {
+	f := c.entry(tool)
+	f.previewOnce.Do(func() { f.preview, f.previewErr = decodePreviewTemplate(tool) })
+	return f.preview, f.previewErr
+}
+
+func decodePreviewTemplate(tool *tg.Tool) (*batchv1.JobTemplateSpec, error) {
+	p := tool.Spec.Preview
+	if p == nil || p.JobTemplate == nil || len(p.JobTemplate.Raw) == 0 {
+		return tool.Spec.JobTemplate.DeepCopy(), nil
+	}
+	t := &batchv1.JobTemplateSpec{}
+	dec := json.NewDecoder(bytes.NewReader(p.JobTemplate.Raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(t); err != nil {
+		return nil, fmt.Errorf("spec.preview.jobTemplate is not a Job template (batch/v1 JobTemplateSpec): %v; write it as spec.jobTemplate is written, or leave it out to preview with spec.jobTemplate", err)
+	}
+	if len(t.Spec.Template.Spec.Containers) == 0 {
+		return nil, errors.New("spec.preview.jobTemplate has no container (spec.template.spec.containers is empty); its first container's termination message is the preview's output")
+	}
+	return t, nil
 }
 
 // Forget drops a deleted Tool.
