@@ -3,7 +3,9 @@ package reference
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"unicode/utf8"
 )
 
@@ -76,9 +78,20 @@ func newPagePreview(context []byte) *pagePreview {
 		return nil
 	}
 	var claim previewClaim
+	if raw[0] != '{' {
+		return unreadablePreview("context.preview must be an object: source, format, output, digest, image and image_id, " +
+			"or source, failed, error and image")
+	}
 	if err := json.Unmarshal(raw, &claim); err != nil {
-		return unreadablePreview("it must be an object with source, format, output, digest, image and image_id "+
-			"(or failed and error): %v", err)
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			want := "a string"
+			if typeErr.Type.Kind() == reflect.Bool {
+				want = "true or false"
+			}
+			return unreadablePreview("context.preview.%s must be %s, not %s", typeErr.Field, want, typeErr.Value)
+		}
+		return unreadablePreview("%v", err) // not reached: a stored context is valid JSON
 	}
 	if claim.Source != previewSource {
 		return unreadablePreview("context.preview.source is %q: the page shows previews whose source is %q",
