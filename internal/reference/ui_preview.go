@@ -94,7 +94,7 @@ func newPagePreview(context []byte) *pagePreview {
 		return unreadablePreview("%v", err) // not reached: a stored context is valid JSON
 	}
 	if claim.Source != previewSource {
-		return unreadablePreview("context.preview.source is %q: the page shows previews whose source is %q",
+		return unreadablePreview(`context.preview.source is "%s": the page shows previews whose source is "%s"`,
 			boundedText(claim.Source, maxPreviewFact), previewSource)
 	}
 	p := &pagePreview{
@@ -126,7 +126,7 @@ func newPagePreview(context []byte) *pagePreview {
 		p.Format = "text"
 		p.Output, p.Cut = bounded(visibleProse(text), maxPreviewShown)
 	default:
-		return unreadablePreview("context.preview.format is %q: it must be json or text",
+		return unreadablePreview(`context.preview.format is "%s": it must be json or text`,
 			boundedText(claim.Format, maxPreviewFact))
 	}
 	return p

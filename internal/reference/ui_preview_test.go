@@ -76,6 +76,8 @@ func TestApprovalPagePreviewText(t *testing.T) {
 		{"failed without a reason", `{"source": "tool", "failed": true}`, &shownPreview{Failed: true, Error: "no reason given"}},
 		{"a format the page does not know", `{"source": "tool", "format": "html", "output": "<b>x</b>"}`,
 			&shownPreview{Failed: true, Error: `the request's context.preview cannot be read (context.preview.format is "html": it must be json or text)`}},
+		{"a format with an invisible character", `{"source": "tool", "format": "json\u202e", "output": {}}`,
+			&shownPreview{Failed: true, Error: `the request's context.preview cannot be read (context.preview.format is "json\u202e": it must be json or text)`}},
 		{"another source", `{"source": "agent", "format": "text", "output": "trust me"}`,
 			&shownPreview{Failed: true, Error: `the request's context.preview cannot be read (context.preview.source is "agent": the page shows previews whose source is "tool")`}},
 		{"text that is not a string", `{"source": "tool", "format": "text", "output": {"a": 1}}`,
