@@ -17,7 +17,8 @@ import (
 // requests and updates itself through Server-Sent Events (GET /ui/events); its buttons POST to
 // /ui/api/requests/{id}/approve and /ui/api/requests/{id}/deny. Sign-in and the session cookie are in
 // ui_session.go, the page and how it renders a request in ui_page.go, the snapshots and the event
-// stream in ui_events.go, approve and deny in ui_actions.go.
+// stream in ui_events.go, approve and deny in ui_actions.go, a request's preview (the tool's own claim
+// of what the call would do) in ui_preview.go.
 
 //go:embed ui
 var uiFiles embed.FS

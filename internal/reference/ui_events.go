@@ -31,6 +31,8 @@ type pageItem struct {
 	AgentReasoning string `json:"agent_reasoning,omitempty"`
 	// Context is the pretty-printed context object: what the adapter says it observed.
 	Context string `json:"context,omitempty"`
+	// Preview is the context's preview: what the tool says the call would do (ui_preview.go).
+	Preview *pagePreview `json:"preview,omitempty"`
 	// InstanceID and InstanceName say which instance (whose credential) submitted the request.
 	InstanceID   string `json:"instance_id"`
 	InstanceName string `json:"instance_name"`
@@ -115,6 +117,7 @@ func newPageItem(rec record, names map[string]string) pageItem {
 	}
 	if len(rec.Context) > 0 {
 		item.Context = prettyJSON(rec.Context)
+		item.Preview = newPagePreview(rec.Context)
 	}
 	if d := rec.Decision; d != nil {
 		item.Note, item.DecidedAt, item.ExpiresAt = d.Note, d.DecidedAt, d.ExpiresAt

@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -173,6 +174,14 @@ func formatTimestamp(v any) string {
 // than the space, and unassigned or private-use code points are written as \u escapes. HTML-significant
 // characters are not escaped here: the page always inserts the result as text.
 func prettyJSON(doc []byte) string {
+	out, _ := prettyJSONUpTo(doc, math.MaxInt)
+	return out
+}
+
+// prettyJSONUpTo renders doc as prettyJSON does, at most limit bytes (cut at a character boundary),
+// and says whether it cut it. It stops rendering at the limit, so that deep nesting, whose
+// indentation grows with the square of the depth, costs no more than the limit.
+func prettyJSONUpTo(doc []byte, limit int) (string, bool) {
 	type container struct {
 		object bool
 		tokens int // keys and values so far
@@ -203,12 +212,15 @@ func prettyJSON(doc []byte) string {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	for {
+		if b.Len() > limit {
+			return bounded(b.String(), limit)
+		}
 		tok, err := dec.Token()
 		if errors.Is(err, io.EOF) {
-			return b.String()
+			return b.String(), false
 		}
 		if err != nil {
-			return string(doc) // not reached for stored arguments, which were validated
+			return bounded(string(doc), limit) // not reached for stored arguments, which were validated
 		}
 		switch t := tok.(type) {
 		case json.Delim:

@@ -327,13 +327,14 @@ type sseEvent struct {
 type snapshotEvent struct {
 	Now     time.Time `json:"now"`
 	Pending []struct {
-		ID             string `json:"id"`
-		Tool           string `json:"tool"`
-		Arguments      string `json:"arguments"`
-		AgentReasoning string `json:"agent_reasoning"`
-		Context        string `json:"context"`
-		InstanceName   string `json:"instance_name"`
-		IdempotencyKey string `json:"idempotency_key"`
+		ID             string        `json:"id"`
+		Tool           string        `json:"tool"`
+		Arguments      string        `json:"arguments"`
+		AgentReasoning string        `json:"agent_reasoning"`
+		Context        string        `json:"context"`
+		Preview        *shownPreview `json:"preview"`
+		InstanceName   string        `json:"instance_name"`
+		IdempotencyKey string        `json:"idempotency_key"`
 	} `json:"pending"`
 	Recent []struct {
 		ID     string `json:"id"`

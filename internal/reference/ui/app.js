@@ -58,6 +58,24 @@
     }));
   }
 
+  // showPreview shows what the tool says the call would do (the request's context.preview, as the
+  // server renders it): its output, or why there is none, with its digest and image. The section is
+  // hidden for a request without a preview.
+  function showPreview(article, preview) {
+    article.querySelector(".preview").hidden = !preview;
+    if (!preview) return;
+    article.querySelector(".preview-failed").hidden = !preview.failed;
+    setText(article, ".preview-error", preview.error);
+    article.querySelector(".preview-output").hidden = !!preview.failed;
+    setText(article, ".preview-output", preview.output);
+    article.querySelector(".preview-cut").hidden = !preview.cut;
+    for (const [name, text] of [["format", preview.format], ["digest", preview.digest], ["image", preview.image], ["image-id", preview.image_id]]) {
+      setText(article, `.preview-${name}`, text);
+      article.querySelector(`.preview-${name}`).hidden = !text;
+      article.querySelector(`.preview-${name}-label`).hidden = !text;
+    }
+  }
+
   function newRequest(req) {
     const article = requestTemplate.content.firstElementChild.cloneNode(true);
     article.dataset.id = req.id;
@@ -72,6 +90,7 @@
     setText(article, ".created", req.created_at);
     setText(article, ".deadline", req.deadline_at);
     setText(article, ".arguments", req.arguments);
+    showPreview(article, req.preview);
     setText(article, ".agent-reasoning", req.agent_reasoning);
     article.querySelector(".reasoning").hidden = !req.agent_reasoning;
     setText(article, ".context", req.context);
