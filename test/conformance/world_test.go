@@ -4,7 +4,8 @@
 // section 8, "Adapter Requirements") is one test, TestAdapter1_… to TestAdapter8_…, which drives real
 // ToolCalls over real sockets and asserts the outcome on the ToolCall, at the provider (its state and
 // exchange log) and on Jobs. After every test the provider's log must hold no 400, 404 or 409: a
-// conforming adapter never sends what the contract refuses.
+// conforming adapter never sends what the contract refuses. quorum_test.go runs the manager against
+// the reference provider with an instance quorum of two: the decision the adapter sees after votes.
 //
 //	go test ./test/conformance/ -v
 package conformance
