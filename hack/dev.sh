@@ -150,6 +150,9 @@ cat <<EOF2
 
 ==> The refund is waiting for a human decision (approval request ${request_id})
 
+    The request's context carries the demo tool's preview: what it would refund, to whom and from
+    which charge, as the tool claims it (docs/previews.md).
+
     Run these from the repository root, in another terminal.
 
     Approve it (valid for 5 minutes):
