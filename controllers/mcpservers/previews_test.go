@@ -67,7 +67,8 @@ func TestPreview(t *testing.T) {
 				t.Fatal("no preview for a tool spec.previews names")
 			}
 			if p.Timeout.Duration != c.timeout || p.OnFailure != c.onFailure || p.AllowSecrets != c.allowSecrets || p.MaxBytes != tg.MaxPreviewBytes {
-				t.Errorf("preview %+v: want timeout %s, onFailure %s, allowSecrets %v, maxBytes %d", p, c.timeout, c.onFailure, c.allowSecrets, tg.MaxPreviewBytes)
+				t.Errorf("preview timeout %s, onFailure %s, allowSecrets %v, maxBytes %d; want %s, %s, %v, %d",
+					p.Timeout.Duration, p.OnFailure, p.AllowSecrets, p.MaxBytes, c.timeout, c.onFailure, c.allowSecrets, tg.MaxPreviewBytes)
 			}
 			var got batchv1.JobTemplateSpec
 			if err := json.Unmarshal(p.JobTemplate.Raw, &got); err != nil {
