@@ -131,13 +131,13 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 			"Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary)
 	}
 	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg, srv.Generation)
-	sync, err := r.syncTools(ctx, srv, tools, conn, exec)
+	result, err := r.syncTools(ctx, srv, tools, conn, exec)
 	if err != nil {
 		return "", err
 	}
-	entries := sync.entries
+	entries := result.entries
 	srv.Status.Tools = entries
-	if over := sync.over; over != nil {
+	if over := result.over; over != nil {
 		reason, words := overLimit(over)
 		return "", readiness.Stalledf(reason, "Some exposed tools get no Tool (status.tools says which): %s.", words)
 	}
@@ -145,13 +145,13 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 		reason, words := overLimit(over)
 		return "", readiness.Stalledf(reason, "The tools were listed, but on the session that follows the server's notifications %s: they are no longer followed until the MCPServer's spec or settings change (the listing every spec.refreshInterval goes on).", words)
 	}
-	if len(sync.conflicts) > 0 {
+	if len(result.conflicts) > 0 {
 		return "", readiness.Stalledf(tg.ReasonToolNameConflict,
-			"Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(sync.conflicts, ", "))
+			"Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(result.conflicts, ", "))
 	}
-	if len(sync.noPreview) > 0 {
+	if len(result.noPreview) > 0 {
 		return "", readiness.Stalledf(tg.ReasonPreviewToolNotListed,
-			"The server does not list the preview tools of %s (spec.previews), so they get no Tool: their calls must not run without the preview asked for. status.tools says which entry; name a tool the server lists as its previewTool, or remove the entry.", strings.Join(sync.noPreview, ", "))
+			"The server does not list the preview tools of %s (spec.previews), so they get no Tool: their calls must not run without the preview asked for. status.tools says which entry; name a tool the server lists as its previewTool, or remove the entry.", strings.Join(result.noPreview, ", "))
 	}
 	made := 0
 	for _, e := range entries {
