@@ -23,7 +23,8 @@
 //   - controllers/mcpservers: the MCPServer controller, which lists each MCP server's tools (the MCP
 //     Go SDK's client, internal/mcpclient) and owns one Tool per tool its spec.tools exposes, whose
 //     Job runs cmd/mcp-call (internal/mcpcall) to call that tool once, with the image, resources
-//     and scheduling of spec.executor (executor.go).
+//     and scheduling of spec.executor (executor.go); a tool spec.previews names gets the Job that
+//     calls its preview tool as its Tool's spec.preview, or no Tool without it (previews.go).
 //   - controllers/receiver: the AAP webhook receiver, which answers providers' verification messages
 //     and has notifications recorded on the ToolCalls they concern.
 //

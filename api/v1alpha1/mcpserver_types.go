@@ -95,6 +95,23 @@ type MCPServerSpec struct {
 	// +optional
 	ExecutorImage string `json:"executorImage,omitempty"`
 
+	// previews make one tool of the server the preview of another: before a human is asked about a
+	// call of tool, previewTool is called with the same arguments, and its answer (the server's own
+	// claim of what the call would do) goes into the approval request and the approval rules, as a
+	// Tool's spec.preview. The preview tool runs before any approval, for every call that reaches
+	// that point: name a tool that only reads. It need not be exposed by spec.tools. Its Job is the
+	// tool's (the same executor, URL, CA bundle and headers): the header Secrets stay in it
+	// (allowSecrets) since they are the credentials to reach the server at all, and the preview tool
+	// receives nothing else but the call's arguments. Fail closed: a tool whose previewTool the server
+	// does not list gets no Tool (its status.tools entry says why), since its calls must not run
+	// without the preview asked for. A change of an entry changes the tool's Tool, which withdraws
+	// the calls waiting on it.
+	// +listType=map
+	// +listMapKey=tool
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Previews []MCPToolPreview `json:"previews,omitempty"`
+
 	// refreshInterval is how often the server's tools are listed again; a tool whose schema changed
 	// changes its Tool, and one that disappeared deletes it. The tools are also listed again as soon
 	// as the server sends notifications/tools/list_changed on the session the manager keeps open.
@@ -103,6 +120,40 @@ type MCPServerSpec struct {
 	// +kubebuilder:default="5m"
 	// +optional
 	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
+}
+
+// MCPToolPreview names the server's tool that previews the calls of another of its tools.
+// +kubebuilder:validation:XValidation:rule="self.tool != self.previewTool",message="spec.previews[]: previewTool must name another tool than tool: a tool cannot be its own preview, which runs before the approval"
+type MCPToolPreview struct {
+	// tool is the name (not a glob) of the server's tool whose calls get a preview; spec.tools must
+	// expose it for it to have a Tool at all. An entry whose tool the server does not list, or
+	// spec.tools does not expose, previews nothing, and the Ready condition's message says so.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +required
+	Tool string `json:"tool"`
+
+	// previewTool is the name of the server's tool called, with the same arguments, to say what a
+	// call of tool would do, without doing it. Its answer (structuredContent as JSON, else its text)
+	// is the preview, cut to 4000 bytes with a marker saying so.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +required
+	PreviewTool string `json:"previewTool"`
+
+	// timeout is the generated Tool's spec.preview.timeout: how long the preview may take, 1s to 10m.
+	// Not set: 1m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('10m')",message="spec.previews[].timeout must be a duration from 1s to 10m such as 30s or 2m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// onFailure is the generated Tool's spec.preview.onFailure: Deny (when not set) ends a call whose
+	// preview failed, timed out or said too much Rejected without asking anyone; Ask puts it to a
+	// human with the preview's error in its place.
+	// +optional
+	OnFailure PreviewFailureAction `json:"onFailure,omitempty"`
 }
 
 // MCPExecutor is how the Pods of the generated Tools' Jobs run: what a careful author of a Job would

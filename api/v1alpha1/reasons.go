@@ -370,4 +370,8 @@ const (
 	// ReasonToolNameTooLong: an exposed tool's name is longer than the manager's
 	// --mcp-max-tool-name-bytes; that tool gets no Tool.
 	ReasonToolNameTooLong = "ToolNameTooLong"
+	// ReasonPreviewToolNotListed: an exposed tool's spec.previews entry names a previewTool the server
+	// does not list; that tool gets no Tool (fail closed: its calls must not run without the preview
+	// asked for) until the server lists it or the entry changes.
+	ReasonPreviewToolNotListed = "PreviewToolNotListed"
 )

@@ -9,7 +9,10 @@
 // TOOL_ARGUMENTS (set by the ToolCall controller). TERMINATION_LOG overrides where the message goes,
 // for running it outside a Pod. MCP_MAX_RESPONSE_BYTES, or the flag --max-response-bytes, bounds each
 // HTTP response body it reads from the server, and so each SSE event (default 1 MiB): an answer to
-// the call over it is not read, and the call ends "may have run" (exit 3).
+// the call over it is not read, and the call ends "may have run" (exit 3). In a preview Job
+// (TOOLGATE_MODE=preview, for an MCPServer's spec.previews) the message is cut to
+// TOOLGATE_PREVIEW_MAX_BYTES (the Tool's spec.preview.maxBytes, at most 4000) instead of 4096, with
+// the same marker, so that a long preview is shown cut rather than refused by the manager.
 //
 // Exit codes: 0 the tool answered; 1 the tool answered with isError (its own words are the message);
 // 2 the call was never sent (the tool did not run); 3 the connection was lost after the call was
@@ -43,10 +46,15 @@ func main() {
 	_ = flags.Parse(os.Args[1:])
 	call := mcpcall.FromEnv(os.Getenv, "v1alpha1")
 	var o mcpcall.Outcome
-	if n, err := mcpcall.ParseMaxResponseBytes(*maxResponse); err != nil {
+	n, err := mcpcall.ParseMaxResponseBytes(*maxResponse)
+	m, merr := mcpcall.ParseMessageBytes(os.Getenv(mcpcall.EnvMode), os.Getenv(mcpcall.EnvPreviewMaxBytes))
+	switch {
+	case err != nil:
 		o = mcpcall.Outcome{Code: mcpcall.ExitNotRun, Message: "mcp-call: " + err.Error() + ". " + mcpcall.NotCalled}
-	} else {
-		call.MaxResponseBytes = n
+	case merr != nil:
+		o = mcpcall.Outcome{Code: mcpcall.ExitNotRun, Message: "mcp-call: " + merr.Error() + ". " + mcpcall.NotCalled}
+	default:
+		call.MaxResponseBytes, call.MessageBytes = n, m
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		o = mcpcall.Run(ctx, call)
 		stop()

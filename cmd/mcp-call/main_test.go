@@ -34,6 +34,13 @@ func TestCommandWritesTheResultAndExitsWithTheOutcome(t *testing.T) {
 		{"a bound that is no number", "echo", `{"message":"x"}`,
 			`mcp-call: MCP_MAX_RESPONSE_BYTES (or --max-response-bytes) is "1Mi": set it to a positive number of bytes, such as 1048576 (the default), or leave it unset. The tool was not called.`,
 			mcpcall.ExitNotRun, []string{mcpcall.EnvMaxResponseBytes + "=1Mi"}, nil},
+		{"a preview cut to its maxBytes", "echo", `{"message":"` + strings.Repeat("x", 1000) + `"}`, mcpcall.Cut("Echo: "+strings.Repeat("x", 1000), 100),
+			mcpcall.ExitSucceeded, []string{mcpcall.EnvMode + "=preview", mcpcall.EnvPreviewMaxBytes + "=100"}, nil},
+		{"maxBytes outside preview mode", "echo", `{"message":"` + strings.Repeat("x", 1000) + `"}`, "Echo: " + strings.Repeat("x", 1000),
+			mcpcall.ExitSucceeded, []string{mcpcall.EnvMode + "=execute", mcpcall.EnvPreviewMaxBytes + "=100"}, nil},
+		{"a preview's maxBytes that is no number", "echo", `{"message":"x"}`,
+			`mcp-call: TOOLGATE_PREVIEW_MAX_BYTES is "4k": in preview mode (TOOLGATE_MODE=preview) it must be a number of bytes from 1 to 4000, the Tool's spec.preview.maxBytes, which the manager sets; leave it unset for 4000. The tool was not called.`,
+			mcpcall.ExitNotRun, []string{mcpcall.EnvMode + "=preview", mcpcall.EnvPreviewMaxBytes + "=4k"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "termination-log")

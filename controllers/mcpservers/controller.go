@@ -131,12 +131,13 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 			"Listing the tools of %s failed: %s (the manager's log has the detail). The manager tries again; the Tools generated before are kept as they are.", srv.Spec.URL, summary)
 	}
 	r.listeners.ensure(client.ObjectKeyFromObject(srv), cfg, srv.Generation)
-	entries, conflicts, over, err := r.syncTools(ctx, srv, tools, conn, exec)
+	result, err := r.syncTools(ctx, srv, tools, conn, exec)
 	if err != nil {
 		return "", err
 	}
+	entries := result.entries
 	srv.Status.Tools = entries
-	if over != nil {
+	if over := result.over; over != nil {
 		reason, words := overLimit(over)
 		return "", readiness.Stalledf(reason, "Some exposed tools get no Tool (status.tools says which): %s.", words)
 	}
@@ -144,9 +145,13 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 		reason, words := overLimit(over)
 		return "", readiness.Stalledf(reason, "The tools were listed, but on the session that follows the server's notifications %s: they are no longer followed until the MCPServer's spec or settings change (the listing every spec.refreshInterval goes on).", words)
 	}
-	if len(conflicts) > 0 {
+	if len(result.conflicts) > 0 {
 		return "", readiness.Stalledf(tg.ReasonToolNameConflict,
-			"Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(conflicts, ", "))
+			"Tools %s exist and are not this MCPServer's: their tools get no Tool until they are renamed or removed.", strings.Join(result.conflicts, ", "))
+	}
+	if len(result.noPreview) > 0 {
+		return "", readiness.Stalledf(tg.ReasonPreviewToolNotListed,
+			"The server does not list the preview tools of %s (spec.previews), so they get no Tool: their calls must not run without the preview asked for. status.tools says which entry; name a tool the server lists as its previewTool, or remove the entry.", strings.Join(result.noPreview, ", "))
 	}
 	made := 0
 	for _, e := range entries {
@@ -158,16 +163,39 @@ func (r *Reconciler) discover(ctx context.Context, srv *tg.MCPServer) (string, e
 	if len(srv.Spec.Tools) == 0 {
 		msg += " spec.tools is empty, so no tool is exposed: name the tools (or globs) to expose."
 	}
+	if idle := idlePreviews(srv, listed(tools)); len(idle) > 0 {
+		msg += " " + strings.Join(idle, "; ") + ": such an entry previews nothing; correct its tool or remove it."
+	}
 	return msg, nil
 }
 
+// synced is what syncTools did: the status entries, the names of Tools it would make that exist and
+// are not its own, the first per-tool limit an exposed tool went over, and the exposed tools that got
+// no Tool because their preview tool is not listed.
+type synced struct {
+	entries   []tg.MCPDiscoveredTool
+	conflicts []string
+	over      *mcpclient.LimitError
+	noPreview []string
+}
+
+// listed are the server's tools by name.
+func listed(tools []*mcp.Tool) map[string]*mcp.Tool {
+	byName := make(map[string]*mcp.Tool, len(tools))
+	for _, t := range tools {
+		byName[t.Name] = t
+	}
+	return byName
+}
+
 // syncTools creates, updates and deletes the MCPServer's Tools so that each exposed tool has one, as
-// listed now. It returns the status entries, the names of Tools it would make that exist and are
-// not its own, and the first per-tool limit an exposed tool went over (that tool gets no Tool).
-func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*mcp.Tool, conn connection, exec executor) ([]tg.MCPDiscoveredTool, []string, *mcpclient.LimitError, error) {
+// listed now: all but those over a per-tool limit, those whose name makes no toolName, and those
+// whose preview tool is not listed.
+func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*mcp.Tool, conn connection, exec executor) (synced, error) {
+	var out synced
 	owned := &tg.ToolList{}
 	if err := r.List(ctx, owned, client.InNamespace(srv.Namespace), client.MatchingLabels{tg.LabelMCPServer: srv.Name}); err != nil {
-		return nil, nil, nil, fmt.Errorf("listing the Tools of MCPServer %s: %w", srv.Name, err)
+		return out, fmt.Errorf("listing the Tools of MCPServer %s: %w", srv.Name, err)
 	}
 	ours := map[string]*tg.Tool{}
 	for i := range owned.Items {
@@ -177,7 +205,7 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 	}
 	var entries []tg.MCPDiscoveredTool
 	var toolNames []string
-	var over *mcpclient.LimitError
+	byName := listed(tools)
 	limits := r.Options.Limits.WithDefaults()
 	for _, t := range tools {
 		if !exposed(srv.Spec.Tools, t.Name) {
@@ -187,11 +215,14 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 		if lerr := limits.CheckTool(t); lerr != nil {
 			_, words := overLimit(lerr)
 			e.Name, e.Message = mcpclient.ShortName(t.Name, limits.MaxNameBytes), "the tool cannot be a Tool: "+words
-			if over == nil {
-				over = lerr
+			if out.over == nil {
+				out.over = lerr
 			}
 		} else if n, err := ToolName(srv.Name, t.Name); err != nil {
 			e.Message = err.Error()
+		} else if msg := previewNotListed(srv, t.Name, byName); msg != "" {
+			e.Message = msg
+			out.noPreview = append(out.noPreview, t.Name)
 		} else {
 			e.ToolName = n
 			toolNames = append(toolNames, n)
@@ -199,13 +230,9 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 		entries = append(entries, e)
 	}
 	slices.SortFunc(entries, func(a, b tg.MCPDiscoveredTool) int { return strings.Compare(a.Name, b.Name) })
+	slices.Sort(out.noPreview)
 	objectNames := ObjectNames(toolNames)
-	byName := map[string]*mcp.Tool{}
-	for _, t := range tools {
-		byName[t.Name] = t
-	}
 	keep := map[string]bool{}
-	var conflicts []string
 	for i := range entries {
 		e := &entries[i]
 		if e.ToolName == "" {
@@ -219,14 +246,17 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 		}
 		e.SchemaHash = SchemaHash(schema)
 		name := objectNames[e.ToolName]
-		want := desiredTool(srv, name, t, desiredSpec(srv, e.ToolName, t, schema, conn, exec))
-		conflict, err := r.apply(ctx, srv, want, ours[name])
+		spec, err := desiredSpec(srv, e.ToolName, t, schema, conn, exec)
 		if err != nil {
-			return nil, nil, nil, err
+			return out, err
+		}
+		conflict, err := r.apply(ctx, srv, desiredTool(srv, name, t, spec), ours[name])
+		if err != nil {
+			return out, err
 		}
 		if conflict {
 			e.Message = fmt.Sprintf("Tool %s exists and is not this MCPServer's", name)
-			conflicts = append(conflicts, name)
+			out.conflicts = append(out.conflicts, name)
 			continue
 		}
 		e.Tool = name
@@ -240,10 +270,11 @@ func (r *Reconciler) syncTools(ctx context.Context, srv *tg.MCPServer, tools []*
 			continue
 		}
 		if err := r.Delete(ctx, t, client.Preconditions{UID: &t.UID}); client.IgnoreNotFound(err) != nil {
-			return nil, nil, nil, fmt.Errorf("deleting Tool %s, whose tool is no longer exposed: %w", name, err)
+			return out, fmt.Errorf("deleting Tool %s, whose tool is no longer exposed (or lost its preview tool): %w", name, err)
 		}
 	}
-	return entries, conflicts, over, nil
+	out.entries = entries
+	return out, nil
 }
 
 // desiredTool is the Tool generated for the server's tool t, named name.
@@ -350,6 +381,7 @@ func Readiness() []readiness.Row {
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolSchemaTooLarge, Progress: readiness.Stalled},
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolDescriptionTooLarge, Progress: readiness.Stalled},
 		{Kind: tg.KindMCPServer, Reason: tg.ReasonToolNameTooLong, Progress: readiness.Stalled},
+		{Kind: tg.KindMCPServer, Reason: tg.ReasonPreviewToolNotListed, Progress: readiness.Stalled},
 	}
 }
 

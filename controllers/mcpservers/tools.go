@@ -146,8 +146,13 @@ func carriedApproval(srv *tg.MCPServer, tool string) (*tg.ApprovalPolicy, []stri
 	return &tg.ApprovalPolicy{Rules: kept}, dropped
 }
 
-// desiredSpec is the spec of the Tool generated for the server's tool t.
-func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte, conn connection, exec executor) tg.ToolSpec {
+// desiredSpec is the spec of the Tool generated for the server's tool t, with its preview when
+// spec.previews has one for it (previews.go).
+func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte, conn connection, exec executor) (tg.ToolSpec, error) {
+	pv, err := preview(srv, t.Name, conn, exec)
+	if err != nil {
+		return tg.ToolSpec{}, err
+	}
 	tt := srv.Spec.ToolTemplate.DeepCopy()
 	approval, _ := carriedApproval(srv, t.Name)
 	timeout := tt.ExecutionTimeout
@@ -163,8 +168,9 @@ func desiredSpec(srv *tg.MCPServer, toolName string, t *mcp.Tool, schema []byte,
 		Approval:         approval,
 		ProviderRef:      tt.ProviderRef,
 		FinishedCallTTL:  tt.FinishedCallTTL,
+		Preview:          pv,
 		MCPAnnotations:   annotations(t.Annotations),
-	}
+	}, nil
 }
 
 // annotations maps the tool's MCP annotations to the Tool's hints.

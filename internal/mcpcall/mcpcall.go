@@ -71,29 +71,37 @@ type Call struct {
 	// initialize answer, the call's answer, as JSON or as an SSE stream, and so each event of it).
 	// 0 means DefaultMaxResponseBytes.
 	MaxResponseBytes int64
+	// MessageBytes bounds the message: a longer one is cut, with a marker saying so. 0 means
+	// MaxMessageBytes; a preview Job sets its maxBytes (ParseMessageBytes).
+	MessageBytes int
 }
 
 // Run calls the tool once with the arguments as they are (a JSON object, sent as its own JSON text,
-// never decoded and encoded again) and returns the outcome, its message cut to MaxMessageBytes.
+// never decoded and encoded again) and returns the outcome, its message cut to c.MessageBytes
+// (MaxMessageBytes when it is 0).
 func Run(ctx context.Context, c Call) Outcome {
 	o := run(ctx, c)
+	limit := c.MessageBytes
+	if limit <= 0 {
+		limit = MaxMessageBytes
+	}
 	switch {
 	case o.Code == ExitNotRun && strings.HasSuffix(o.Message, NotCalled):
-		o.Message = cutKeepingEnd(o.Message, NotCalled)
+		o.Message = cutKeepingEnd(o.Message, NotCalled, limit)
 	case o.Code == ExitRefused && strings.HasSuffix(o.Message, DidNotRun):
-		o.Message = cutKeepingEnd(o.Message, DidNotRun)
+		o.Message = cutKeepingEnd(o.Message, DidNotRun, limit)
 	default:
-		o.Message = Cut(o.Message, MaxMessageBytes)
+		o.Message = Cut(o.Message, limit)
 	}
 	return o
 }
 
-// cutKeepingEnd cuts msg, which ends with end, to MaxMessageBytes with end still its last words.
-func cutKeepingEnd(msg, end string) string {
-	if len(msg) <= MaxMessageBytes {
+// cutKeepingEnd cuts msg, which ends with end, to max bytes with end still its last words.
+func cutKeepingEnd(msg, end string, max int) string {
+	if len(msg) <= max {
 		return msg
 	}
-	return Cut(strings.TrimSuffix(msg, end), MaxMessageBytes-len(end)-1) + " " + end
+	return Cut(strings.TrimSuffix(msg, end), max-len(end)-1) + " " + end
 }
 
 func run(ctx context.Context, c Call) Outcome {
@@ -197,7 +205,9 @@ func Result(res *mcp.CallToolResult) (string, error) {
 }
 
 // Cut returns s if it fits in max bytes, else its beginning followed by a marker that says how much
-// was kept, max bytes in all, cut on a UTF-8 character boundary.
+// was kept, max bytes in all, cut on a UTF-8 character boundary. When max leaves no room for the
+// marker (a preview's maxBytes of a few dozen bytes), it is the marker alone, longer than max: a cut
+// is never hidden, and the manager refuses a preview over its maxBytes.
 func Cut(s string, max int) string {
 	if len(s) <= max {
 		return s
@@ -206,6 +216,9 @@ func Cut(s string, max int) string {
 		return fmt.Sprintf("\n[mcp-call: result truncated, %d of %d bytes shown]", kept, len(s))
 	}
 	keep := max - len(marker(len(s)))
+	if keep < 0 {
+		keep = 0
+	}
 	for keep > 0 && !utf8.RuneStart(s[keep]) {
 		keep--
 	}

@@ -83,6 +83,24 @@ func TestMCPServerValidation(t *testing.T) {
 		{name: "a zero execution timeout", mutate: func(s *tg.MCPServer) {
 			s.Spec.ToolTemplate.ExecutionTimeout = &metav1.Duration{}
 		}, field: "spec.toolTemplate.executionTimeout", text: "spec.toolTemplate.executionTimeout must be a positive duration"},
+		{name: "previews", mutate: func(s *tg.MCPServer) {
+			s.Spec.Previews = []tg.MCPToolPreview{
+				{Tool: "transfer", PreviewTool: "transfer_preview", Timeout: &metav1.Duration{Duration: 10 * time.Minute}, OnFailure: tg.PreviewFailureAsk},
+				{Tool: "echo", PreviewTool: "echo_dry_run"},
+			}
+		}},
+		{name: "a tool its own preview", mutate: func(s *tg.MCPServer) {
+			s.Spec.Previews = []tg.MCPToolPreview{{Tool: "echo", PreviewTool: "echo"}}
+		}, field: "spec.previews[0]", text: "spec.previews[]: previewTool must name another tool than tool"},
+		{name: "two previews of one tool", mutate: func(s *tg.MCPServer) {
+			s.Spec.Previews = []tg.MCPToolPreview{{Tool: "echo", PreviewTool: "a"}, {Tool: "echo", PreviewTool: "b"}}
+		}, field: "spec.previews[1]", text: "Duplicate value"},
+		{name: "a preview timeout over 10m", mutate: func(s *tg.MCPServer) {
+			s.Spec.Previews = []tg.MCPToolPreview{{Tool: "echo", PreviewTool: "echo_dry_run", Timeout: &metav1.Duration{Duration: 11 * time.Minute}}}
+		}, field: "spec.previews[0].timeout", text: "spec.previews[].timeout must be a duration from 1s to 10m"},
+		{name: "a preview's onFailure that is no action", mutate: func(s *tg.MCPServer) {
+			s.Spec.Previews = []tg.MCPToolPreview{{Tool: "echo", PreviewTool: "echo_dry_run", OnFailure: "Approve"}}
+		}, field: "spec.previews[0].onFailure", text: "supported values: \"Deny\", \"Ask\""},
 		{name: "a name too long for the toolNames", mutate: func(s *tg.MCPServer) { s.Name = strings.Repeat("m", 64) },
 			field: "<nil>", text: "an MCPServer's name is at most 63 characters"},
 	}
