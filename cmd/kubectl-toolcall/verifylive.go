@@ -127,6 +127,9 @@ func checkNoJob(ctx context.Context, r client.Reader, tc *tg.ToolCall, ex *recei
 	}
 	var names []string
 	for _, j := range jobs.Items {
+		if j.Labels[tg.LabelPreview] == "true" {
+			continue // a preview Job says what the call would do; it never runs the tool
+		}
 		names = append(names, j.Name)
 	}
 	if tc.Status.JobName != "" {
