@@ -120,8 +120,8 @@ type ToolPreview struct {
 	// the execution Job), TOOLGATE_MODE=preview and TOOLGATE_PREVIEW_MAX_BYTES, sets backoffLimit 0
 	// and activeDeadlineSeconds from timeout, and, unless allowSecrets is true, removes every
 	// reference to a Secret (env, envFrom and volumes). The preview's output is the termination
-	// message of its Job's first container. It is checked by a server-side dry run when a call is
-	// accepted.
+	// message of its Job's first container. A template that does not decode makes the Tool not Ready
+	// (InvalidPreview); one the apiserver refuses ends the call Rejected (InvalidTool).
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:pruning:PreserveUnknownFields

@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -175,10 +176,22 @@ func mustRaw(g Gomega, v any) runtime.RawExtension {
 	return runtime.RawExtension{Raw: data}
 }
 
-// jobsAndPods lists the Jobs and Pods Toolgate created for the ToolCall.
+// jobsAndPods lists the Jobs and Pods Toolgate created to run the ToolCall's tool (not its preview's:
+// previewJobs lists those).
 func jobsAndPods(g Gomega, tc *tg.ToolCall) ([]batchv1.Job, []corev1.Pod) {
+	return labelledJobsAndPods(g, tc, "!"+tg.LabelPreview)
+}
+
+// previewJobs lists the Jobs and Pods of the ToolCall's preview.
+func previewJobs(g Gomega, tc *tg.ToolCall) ([]batchv1.Job, []corev1.Pod) {
+	return labelledJobsAndPods(g, tc, tg.LabelPreview+"=true")
+}
+
+func labelledJobsAndPods(g Gomega, tc *tg.ToolCall, preview string) ([]batchv1.Job, []corev1.Pod) {
 	ctx := context.Background()
-	sel := client.MatchingLabels{tg.LabelToolCallUID: string(tc.UID)}
+	s, err := labels.Parse(tg.LabelToolCallUID + "=" + string(tc.UID) + "," + preview)
+	g.Expect(err).NotTo(HaveOccurred())
+	sel := client.MatchingLabelsSelector{Selector: s}
 	jobs := &batchv1.JobList{}
 	g.Expect(k8s.List(ctx, jobs, client.InNamespace(tc.Namespace), sel)).To(Succeed())
 	pods := &corev1.PodList{}
