@@ -93,6 +93,9 @@ func predicateOf(tc *tg.ToolCall, f *receiptFacts) *receipt.Predicate {
 		// Asked, never decided (withdrawn at the limit, or unavailable): the request is still named.
 		p.Decision = &receipt.Decision{By: "provider", Status: "undecided", Provider: f.provider, RequestID: s.RequestID, IdempotencyKey: string(tc.UID)}
 	}
+	if pv := s.Preview; pv != nil {
+		p.Preview = &receipt.Preview{JobName: pv.JobName, Format: string(pv.Format), Digest: pv.Digest, Image: pv.Image, ImageID: pv.ImageID, Error: pv.Error}
+	}
 	p.Outcome.Ran = s.JobName != "" && s.JobUID != ""
 	if p.Outcome.Ran {
 		ex := &receipt.Execution{JobName: s.JobName, JobUID: string(s.JobUID)}

@@ -61,6 +61,7 @@ type Predicate struct {
 	Outcome   Outcome    `json:"outcome"`
 	Decision  *Decision  `json:"decision,omitempty"`
 	Execution *Execution `json:"execution,omitempty"`
+	Preview   *Preview   `json:"preview,omitempty"`
 	Signer    Signer     `json:"signer"`
 	Chain     Chain      `json:"chain"`
 }
@@ -124,6 +125,17 @@ type Provider struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	URL       string `json:"url,omitempty"`
+}
+
+// Preview is what the Tool's preview said before anyone was asked (the approver saw it, and the
+// execution Job received its digest): its digest, or why it failed, and the Job and image that gave it.
+type Preview struct {
+	JobName string `json:"jobName"`
+	Format  string `json:"format,omitempty"`
+	Digest  string `json:"digest,omitempty"`
+	Image   string `json:"image,omitempty"`
+	ImageID string `json:"imageID,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Execution is what ran.

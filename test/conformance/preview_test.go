@@ -14,12 +14,14 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tg "toolgate.dev/toolgate/api/v1alpha1"
 	"toolgate.dev/toolgate/controllers/toolcalls"
 	"toolgate.dev/toolgate/internal/provider"
+	"toolgate.dev/toolgate/internal/receipt"
 	th "toolgate.dev/toolgate/test/testharness"
 )
 
@@ -133,6 +135,19 @@ func TestPreviewGoesToTheApproverAndItsDigestToTheJob(t *testing.T) {
 	failed := w.WaitPhase("refund", tg.PhaseFailed)
 	g.Expect(failed.Status.Result).To(Equal(refusal))
 	g.Expect(w.P.List()).To(HaveLen(1))
+
+	// The call's receipt names the preview the approver saw, by its digest.
+	key := &corev1.Secret{}
+	g.Eventually(func() error {
+		return w.K8s.Get(context.Background(), client.ObjectKey{Namespace: w.NS, Name: toolcalls.ReceiptKeySecret}, key)
+	}).Should(Succeed())
+	pub, err := receipt.ParseKey(key.Data[toolcalls.ReceiptPublicKeyField])
+	g.Expect(err).NotTo(HaveOccurred())
+	var ended *tg.ToolCall
+	g.Eventually(func() *tg.Receipt { ended = w.Get("refund"); return ended.Status.Receipt }).WithTimeout(30 * time.Second).ShouldNot(BeNil())
+	v, err := receipt.Verify(context.Background(), []byte(ended.Status.Receipt.Envelope), pub)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v.Predicate.Preview).To(Equal(&receipt.Preview{JobName: pj.Name, Format: "json", Digest: digestOf(refundPreview), Image: "busybox:1.36"}))
 }
 
 // A manager killed after the preview, with every answer to its submissions lost, is followed by one
@@ -229,6 +244,27 @@ func TestPreviewFailureFollowsTheToolsChoice(t *testing.T) {
 		w.approve(req.ID, 5*time.Minute)
 		running := w.WaitPhase("refund", tg.PhaseRunning)
 		g.Expect(jobEnv(w, running.Status.JobName)).To(HaveKeyWithValue(tg.PreviewDigestEnv, ""))
+	})
+	t.Run("timeout", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		w := newWorld(t, nil, th.WithClock(clk))
+		g := w.G
+		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureAsk))
+		w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
+		pj := w.previewJob("refund")
+		g.Consistently(func() tg.ToolCallPhase { return w.Get("refund").Status.Phase }).WithTimeout(2 * time.Second).
+			Should(Equal(tg.PhasePending), "the preview has 20s and 10s of grace")
+		// The preview Job never ends (its Pod cannot start, say): past its timeout and grace on the
+		// manager's clock, the preview counts as failed, and onFailure Ask puts the call to a human.
+		clk.SetTime(pj.CreationTimestamp.Add(31 * time.Second))
+		tc := w.Get("refund")
+		base := tc.DeepCopy()
+		tc.Annotations["example.com/poke"] = "1"
+		g.Expect(w.K8s.Patch(context.Background(), tc, client.MergeFrom(base))).To(Succeed())
+		req := w.pending("refund")
+		p := contextPreview(g, req.Context)
+		g.Expect(p).To(HaveKeyWithValue("failed", true))
+		g.Expect(p["error"]).To(Equal("the preview did not finish within spec.preview.timeout 20s"))
 	})
 	t.Run("too-large", func(t *testing.T) {
 		w := newWorld(t, nil)
