@@ -252,7 +252,7 @@ func TestPreviewFailureFollowsTheToolsChoice(t *testing.T) {
 		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureAsk))
 		w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 		pj := w.previewJob("refund")
-		g.Consistently(func() tg.ToolCallPhase { return w.Get("refund").Status.Phase }).WithTimeout(2 * time.Second).
+		g.Consistently(func() tg.ToolCallPhase { return w.Get("refund").Status.Phase.OrPending() }).WithTimeout(2 * time.Second).
 			Should(Equal(tg.PhasePending), "the preview has 20s and 10s of grace")
 		// The preview Job never ends (its Pod cannot start, say): past its timeout and grace on the
 		// manager's clock, the preview counts as failed, and onFailure Ask puts the call to a human.
