@@ -54,6 +54,14 @@ func withPreview(onFailure tg.PreviewFailureAction, rules ...tg.ApprovalRule) fu
 	}
 }
 
+// previewCall starts a world with a previewed refund Tool (onFailure as given) and a call "refund" to it.
+func previewCall(t *testing.T, onFailure tg.PreviewFailureAction, opts ...th.Option) (*world, *tg.ToolCall) {
+	t.Helper()
+	w := newWorld(t, nil, opts...)
+	w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(onFailure))
+	return w, w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
+}
+
 // previewJob waits for the call's preview Job and returns it.
 func (w *world) previewJob(name string) *batchv1.Job {
 	w.T.Helper()
@@ -88,10 +96,8 @@ func envOf(c corev1.Container) map[string]string {
 }
 
 func TestPreviewGoesToTheApproverAndItsDigestToTheJob(t *testing.T) {
-	w := newWorld(t, nil)
+	w, _ := previewCall(t, tg.PreviewFailureDeny)
 	g := w.G
-	w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureDeny))
-	w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 
 	pj := w.previewJob("refund")
 	g.Expect(pj.Labels).To(HaveKeyWithValue(tg.LabelPreview, "true"))
@@ -218,10 +224,8 @@ func TestRulesReadThePreview(t *testing.T) {
 
 func TestPreviewFailureFollowsTheToolsChoice(t *testing.T) {
 	t.Run("deny", func(t *testing.T) {
-		w := newWorld(t, nil)
+		w, tc := previewCall(t, tg.PreviewFailureDeny)
 		g := w.G
-		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureDeny))
-		tc := w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 		w.FinishJob(w.previewJob("refund").Name, false, "cannot reach the ledger")
 		rejected := w.WaitPhase("refund", tg.PhaseRejected)
 		g.Expect(rejected.Status.Reason).To(Equal(tg.ReasonPreviewFailed))
@@ -231,10 +235,8 @@ func TestPreviewFailureFollowsTheToolsChoice(t *testing.T) {
 		g.Expect(asked).To(BeFalse())
 	})
 	t.Run("ask", func(t *testing.T) {
-		w := newWorld(t, nil)
+		w, _ := previewCall(t, tg.PreviewFailureAsk)
 		g := w.G
-		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureAsk))
-		w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 		w.FinishJob(w.previewJob("refund").Name, false, "cannot reach the ledger")
 		req := w.pending("refund")
 		p := contextPreview(g, req.Context)
@@ -247,12 +249,10 @@ func TestPreviewFailureFollowsTheToolsChoice(t *testing.T) {
 	})
 	t.Run("timeout", func(t *testing.T) {
 		clk := clocktesting.NewFakeClock(time.Now())
-		w := newWorld(t, nil, th.WithClock(clk))
+		w, _ := previewCall(t, tg.PreviewFailureAsk, th.WithClock(clk))
 		g := w.G
-		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureAsk))
-		w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 		pj := w.previewJob("refund")
-		g.Consistently(func() tg.ToolCallPhase { return w.Get("refund").Status.Phase.OrPending() }).WithTimeout(2 * time.Second).
+		g.Consistently(func() tg.ToolCallPhase { return w.Get("refund").Status.Phase.OrPending() }).WithTimeout(2*time.Second).
 			Should(Equal(tg.PhasePending), "the preview has 20s and 10s of grace")
 		// The preview Job never ends (its Pod cannot start, say): past its timeout and grace on the
 		// manager's clock, the preview counts as failed, and onFailure Ask puts the call to a human.
@@ -267,10 +267,8 @@ func TestPreviewFailureFollowsTheToolsChoice(t *testing.T) {
 		g.Expect(p["error"]).To(Equal("the preview did not finish within spec.preview.timeout 20s"))
 	})
 	t.Run("too-large", func(t *testing.T) {
-		w := newWorld(t, nil)
+		w, _ := previewCall(t, tg.PreviewFailureDeny)
 		g := w.G
-		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureDeny))
-		w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 		w.FinishJob(w.previewJob("refund").Name, true, strings.Repeat("x", 1001))
 		rejected := w.WaitPhase("refund", tg.PhaseRejected)
 		g.Expect(rejected.Status.Reason).To(Equal(tg.ReasonPreviewFailed))
@@ -300,10 +298,8 @@ func TestPreviewForgeriesEndTheCallWithoutRunning(t *testing.T) {
 		g.Expect(asked).To(BeFalse())
 	})
 	t.Run("status-written-by-someone-else", func(t *testing.T) {
-		w := newWorld(t, nil)
+		w, _ := previewCall(t, tg.PreviewFailureDeny)
 		g := w.G
-		w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureDeny))
-		w.ToolCall("refund", "refund_previewed", th.RefundArgs, 5*time.Minute, ptr.To(time.Minute))
 		w.FinishJob(w.previewJob("refund").Name, true, refundPreview)
 		req := w.pending("refund")
 		tc := w.Get("refund")

@@ -159,6 +159,9 @@ func TestMissingImageIsReportedAndEndsAtTheDeadline(t *testing.T) {
 	const image = "localhost/toolgate/not-loaded:dev"
 	tool.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image = image
 	tool.Spec.ExecutionTimeout = &metav1.Duration{Duration: 30 * time.Second}
+	// The execution's image is missing, not a preview's: the sample's preview (the same image) would
+	// end the call PreviewFailed before anyone is asked.
+	tool.Spec.Preview, tool.Spec.Approval = nil, nil
 	createTool(t, g, tool)
 	tc := submit(t, g, ns)
 	decide(g, tc, true, "5m")
