@@ -132,15 +132,9 @@ func (r *Reconciler) approvedJob(ctx context.Context, sc *scope) (*batchv1.Job, 
 // manager created it for this call (execproof.go). It reads the cache if it holds the Job, else the
 // apiserver (a cache that has not seen it yet proves nothing).
 func (r *Reconciler) findJob(ctx context.Context, tc *tg.ToolCall) (job *batchv1.Job, ours bool, err error) {
-	key := types.NamespacedName{Namespace: tc.Namespace, Name: JobName(tc)}
-	job = &batchv1.Job{}
-	if err := r.Get(ctx, key, job); err != nil {
-		switch err := r.APIReader.Get(ctx, key, job); {
-		case apierrors.IsNotFound(err):
-			return nil, false, nil
-		case err != nil:
-			return nil, false, fmt.Errorf("reading Job %s: %w", key.Name, err)
-		}
+	job, err = r.getJob(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: JobName(tc)})
+	if job == nil || err != nil {
+		return nil, false, err
 	}
 	ours, err = r.ExecutionKey.Created(ctx, job, tc)
 	return job, ours, err

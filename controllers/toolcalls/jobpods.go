@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -285,4 +286,19 @@ func mcpJobLostWithoutPods(job *batchv1.Job, pods []corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// getJob returns the Job under key, or nil when there is none: from the cache if it holds it, else
+// from the apiserver (a cache that has not seen it yet proves nothing).
+func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	if err := r.Get(ctx, key, job); err != nil {
+		switch err := r.APIReader.Get(ctx, key, job); {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("reading Job %s: %w", key.Name, err)
+		}
+	}
+	return job, nil
 }

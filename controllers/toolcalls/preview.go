@@ -95,7 +95,7 @@ func (r *Reconciler) runPreview(ctx context.Context, sc *scope, tool *tg.Tool) (
 		setStatus(tc, lifecycle.PreviewTemplateInvalid.Status(tool.Name, err))
 		return false, ctrl.Result{}, nil
 	}
-	job, err := r.findPreviewJob(ctx, tc)
+	job, err := r.getJob(ctx, types.NamespacedName{Namespace: tc.Namespace, Name: PreviewJobName(tc)})
 	if err != nil {
 		return false, ctrl.Result{}, err
 	}
@@ -235,22 +235,6 @@ func firstImage(job *batchv1.Job) string {
 		return c[0].Image
 	}
 	return ""
-}
-
-// findPreviewJob returns the Job under tc's preview Job name, or nil: from the cache if it holds it,
-// else from the apiserver.
-func (r *Reconciler) findPreviewJob(ctx context.Context, tc *tg.ToolCall) (*batchv1.Job, error) {
-	key := types.NamespacedName{Namespace: tc.Namespace, Name: PreviewJobName(tc)}
-	job := &batchv1.Job{}
-	if err := r.Get(ctx, key, job); err != nil {
-		switch err := r.APIReader.Get(ctx, key, job); {
-		case apierrors.IsNotFound(err):
-			return nil, nil
-		case err != nil:
-			return nil, fmt.Errorf("reading preview Job %s: %w", key.Name, err)
-		}
-	}
-	return job, nil
 }
 
 // buildPreviewJob makes tc's preview Job from tmpl, the Tool's preview template: the call's env as
