@@ -195,8 +195,9 @@ type ApprovalRule struct {
 
 	// expression is a CEL expression that evaluates to a bool. It sees `arguments` (the ToolCall's
 	// spec.arguments), `requester` ({username, uid, groups}, empty when not recorded) and `preview`
-	// ({present, failed, error, format, output, json, digest}: the Tool's preview, whose rules run
-	// after it; present is false for a Tool without one). There is no clock: a rule cannot depend on
+	// ({present, failed, error, format, output, json, digest}: the Tool's preview, whose rules decide
+	// after it, but for a Deny rule before any rule that reads it; present is false for a Tool
+	// without one). There is no clock: a rule cannot depend on
 	// the time of day.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096

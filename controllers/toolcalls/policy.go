@@ -26,14 +26,20 @@ type acceptedCall struct {
 // Tool whose rules do not compile, and a Deny rule, reject the call; otherwise the verdict is
 // Approve or Require.
 //
-// The rules of a Tool with a preview run after it (decideWithPreview): at acceptance they only have
-// to compile, and the verdict is Require.
+// The rules of a Tool with a preview decide after it (decideWithPreview). At acceptance only a Deny
+// rule before the first rule that reads the preview rejects the call (the preview does not run);
+// otherwise the verdict is Require: the preview runs, and the human (or an Approve rule) judges the
+// call with what it said.
 func (r *Reconciler) applyRules(tc *tg.ToolCall, tool *tg.Tool) (*acceptedCall, *lifecycle.Status) {
 	rules, err := r.Tools.Rules(tool)
 	if err != nil {
 		return nil, lifecycle.RulesInvalid.Status(tool.Name, err)
 	}
 	if tool.Spec.Preview != nil {
+		before := rules.EvaluateBeforePreview(policy.Input{Arguments: tc.Spec.Arguments.Raw, Requester: requesterOf(tc)})
+		if before.Action == tg.ActionDeny {
+			return nil, policyDenial(tc, tool, before.Rule)
+		}
 		return &acceptedCall{tool: tool, verdict: policy.Result{Action: tg.ActionRequire}}, nil
 	}
 	verdict := r.evaluateRules(tc, tool, rules, nil)

@@ -94,6 +94,8 @@ type Rule struct {
 	Name   string
 	Action tg.ApprovalAction
 	prog   cel.Program
+	// readsPreview says the expression refers to the preview variable.
+	readsPreview bool
 }
 
 // Rules are a Tool's compiled rules, in order.
@@ -175,7 +177,17 @@ func (c *Compiler) compileRule(r tg.ApprovalRule, seen map[string]bool) (Rule, e
 	if err != nil {
 		return Rule{}, fmt.Errorf("expression cannot be planned: %v", err)
 	}
-	return Rule{Name: r.Name, Action: r.Action, prog: prog}, nil
+	return Rule{Name: r.Name, Action: r.Action, prog: prog, readsPreview: refersTo(ast, VarPreview)}, nil
+}
+
+// refersTo reports whether the checked expression refers to the variable name.
+func refersTo(ast *cel.Ast, name string) bool {
+	for _, ref := range ast.NativeRep().ReferenceMap() {
+		if ref.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // argumentSizes bounds the size of every value reached from the variables: a string, list or map in
@@ -234,6 +246,24 @@ type Result struct {
 	// Err, when set, is why the rules could not decide (a rule failed or the cost limit was
 	// reached). Action is then Require: an error never approves, never denies and never skips a rule.
 	Err error
+}
+
+// EvaluateBeforePreview runs, in order, the rules before the first that reads the preview: what
+// they decide holds whatever the preview will say, since the first rule that matches decides. When
+// none of them matches, the result is Require with no rule: the rules decide once the preview is
+// known (Evaluate).
+func (rs *Rules) EvaluateBeforePreview(in Input) Result {
+	if rs == nil {
+		return Result{Action: tg.ActionRequire}
+	}
+	before := &Rules{limits: rs.limits}
+	for _, r := range rs.rules {
+		if r.readsPreview {
+			break
+		}
+		before.rules = append(before.rules, r)
+	}
+	return before.Evaluate(in)
 }
 
 // Evaluate runs the rules in order on one call; the first rule whose expression is true decides.

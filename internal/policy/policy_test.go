@@ -264,3 +264,38 @@ func TestEvaluatePreview(t *testing.T) {
 		})
 	}
 }
+
+// Before the preview runs, only the rules before the first one that reads it can decide: a Deny there
+// rejects the call without running the preview.
+func TestEvaluateBeforePreview(t *testing.T) {
+	c, err := NewCompiler(DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := c.Compile(rules(
+		rule("no-eur", `arguments.currency == "EUR"`, tg.ActionDeny),
+		rule("small-plans", `preview.format == "json" && preview.json.amount < 5000`, tg.ActionApprove),
+		rule("never-usd", `arguments.currency == "USD"`, tg.ActionDeny),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args   string
+		action tg.ApprovalAction
+		rule   string
+	}{
+		{`{"currency": "EUR"}`, tg.ActionDeny, "no-eur"},
+		{`{"currency": "GBP"}`, tg.ActionRequire, ""},
+		// never-usd comes after a rule that reads the preview: it decides only once the preview is known.
+		{`{"currency": "USD"}`, tg.ActionRequire, ""},
+	} {
+		got := rs.EvaluateBeforePreview(Input{Arguments: []byte(tc.args)})
+		if got.Err != nil || got.Action != tc.action || got.Rule != tc.rule {
+			t.Errorf("EvaluateBeforePreview(%s) = %v %q %v; want %v %q", tc.args, got.Action, got.Rule, got.Err, tc.action, tc.rule)
+		}
+	}
+	if got := rs.Evaluate(Input{Arguments: []byte(`{"currency": "USD"}`), Preview: &Preview{Format: "json", Output: `{"amount": 9000}`}}); got.Action != tg.ActionDeny || got.Rule != "never-usd" {
+		t.Errorf("with the preview, never-usd decides: got %v %q", got.Action, got.Rule)
+	}
+}

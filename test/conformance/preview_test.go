@@ -196,6 +196,7 @@ func TestRulesReadThePreview(t *testing.T) {
 	w := newWorld(t, nil)
 	g := w.G
 	w.Tool("refund-previewed", "refund_previewed", th.RefundSchema, withPreview(tg.PreviewFailureDeny,
+		tg.ApprovalRule{Name: "no-eur", Expression: `arguments.currency == "EUR"`, Action: tg.ActionDeny},
 		tg.ApprovalRule{Name: "never-large", Expression: `preview.format == "json" && preview.json.amount > 100000`, Action: tg.ActionDeny},
 		tg.ApprovalRule{Name: "small-refunds", Expression: `preview.format == "json" && preview.json.amount < 5000`, Action: tg.ActionApprove},
 	))
@@ -219,6 +220,17 @@ func TestRulesReadThePreview(t *testing.T) {
 	}
 	for _, j := range w.Jobs() {
 		g.Expect(j.Name).NotTo(Equal(toolcalls.JobName(large)), "the denied call did not run")
+	}
+
+	// A Deny rule over the arguments alone, before any rule that reads the preview, rejects the call
+	// without running the preview.
+	eur := w.ToolCall("eur", "refund_previewed", strings.Replace(th.RefundArgs, "GBP", "EUR", 1), 5*time.Minute, ptr.To(time.Minute))
+	rejected := w.WaitPhase("eur", tg.PhaseRejected)
+	g.Expect(rejected.Status.Reason).To(Equal(tg.ReasonPolicyDenied))
+	g.Expect(rejected.Status.Decision.Rule).To(Equal("no-eur"))
+	g.Expect(rejected.Status.Preview).To(BeNil())
+	for _, j := range w.Jobs() {
+		g.Expect(j.Name).NotTo(Equal(toolcalls.PreviewJobName(eur)), "no preview ran for a call denied on its arguments")
 	}
 }
 
