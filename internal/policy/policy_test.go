@@ -38,6 +38,7 @@ func TestEvaluate(t *testing.T) {
 		policy    *tg.ApprovalPolicy
 		args      string
 		requester Requester
+		preview   *Preview
 		action    tg.ApprovalAction
 		rule      string
 		err       string // substring of Result.Err; "" for none
@@ -75,12 +76,33 @@ func TestEvaluate(t *testing.T) {
 		{name: "a dyn expression that is a bool", policy: rules(rule("flag", `arguments.flag`, tg.ActionApprove)),
 			args: `{"flag": true}`, action: tg.ActionApprove, rule: "flag"},
 		{name: "arguments that are not an object", policy: refunds, args: `[1]`, action: tg.ActionRequire, err: "spec.arguments is not a JSON object"},
+
+		// The preview, as the rules of a Tool with one see it (docs/previews.md).
+		{name: "harmless plan approved", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":3,"changes":0,"deletes":0}`, Digest: "sha256:a"},
+			args: `{}`, action: tg.ActionApprove, rule: "only-additions"},
+		{name: "dangerous plan denied", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":0,"changes":1,"deletes":2}`},
+			args: `{}`, action: tg.ActionDeny, rule: "no-deletions"},
+		{name: "other plan asks a human", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":0,"changes":1,"deletes":0}`},
+			args: `{}`, action: tg.ActionRequire},
+		{name: "failed preview asks a human", policy: plans, preview: &Preview{Failed: true, Error: "timed out"},
+			args: `{}`, action: tg.ActionRequire, rule: "preview-failed"},
+		{name: "text preview: json is null, format guards it", policy: plans, preview: &Preview{Format: "text", Output: "3 to add"},
+			args: `{}`, action: tg.ActionRequire},
+		{name: "text preview read as json fails the rule", policy: rules(rule("r", `preview.json.deletes > 0`, tg.ActionDeny)),
+			preview: &Preview{Format: "text", Output: "3 to add"}, args: `{}`, action: tg.ActionRequire, err: "rule r:"},
+		{name: "output and digest as strings", policy: rules(rule("r", `preview.output.contains("add") && preview.digest == "sha256:b"`, tg.ActionApprove)),
+			preview: &Preview{Format: "text", Output: "3 to add", Digest: "sha256:b"}, args: `{}`, action: tg.ActionApprove, rule: "r"},
+		{name: "a Tool without a preview: present is false", policy: rules(rule("r", `!preview.present`, tg.ActionApprove)),
+			args: `{}`, action: tg.ActionApprove, rule: "r"},
+		{name: "a Tool without a preview never matches a preview rule", policy: plans, args: `{}`, action: tg.ActionRequire},
+		{name: "a json record that does not decode asks a human", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":`},
+			args: `{}`, action: tg.ActionRequire, err: "does not decode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			rs, err := c.Compile(tc.policy)
 			g.Expect(err).NotTo(HaveOccurred())
-			got := rs.Evaluate(Input{Arguments: []byte(tc.args), Requester: tc.requester})
+			got := rs.Evaluate(Input{Arguments: []byte(tc.args), Requester: tc.requester, Preview: tc.preview})
 			if tc.err != "" {
 				g.Expect(got.Err).To(MatchError(ContainSubstring(tc.err)))
 				g.Expect(got.Action).To(Equal(tg.ActionRequire))
@@ -207,63 +229,12 @@ func TestDocumentedFunctionsEvaluate(t *testing.T) {
 	}
 }
 
-// The worked example of docs/previews.md: a harmless plan is approved, a dangerous one denied, and a
-// failed preview put to a human.
+// plans: a harmless plan is approved, a dangerous one denied, and a failed preview put to a human.
 var plans = rules(
 	rule("preview-failed", `preview.failed`, tg.ActionRequire),
 	rule("no-deletions", `preview.format == "json" && preview.json.deletes > 0`, tg.ActionDeny),
 	rule("only-additions", `preview.format == "json" && preview.json.changes == 0`, tg.ActionApprove),
 )
-
-func TestEvaluatePreview(t *testing.T) {
-	c, err := NewCompiler(DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name    string
-		policy  *tg.ApprovalPolicy
-		preview *Preview
-		action  tg.ApprovalAction
-		rule    string
-		err     string
-	}{
-		{name: "harmless plan approved", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":3,"changes":0,"deletes":0}`, Digest: "sha256:a"},
-			action: tg.ActionApprove, rule: "only-additions"},
-		{name: "dangerous plan denied", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":0,"changes":1,"deletes":2}`},
-			action: tg.ActionDeny, rule: "no-deletions"},
-		{name: "other plan asks a human", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":0,"changes":1,"deletes":0}`},
-			action: tg.ActionRequire},
-		{name: "failed preview asks a human", policy: plans, preview: &Preview{Failed: true, Error: "timed out"},
-			action: tg.ActionRequire, rule: "preview-failed"},
-		{name: "text preview: json is null, format guards it", policy: plans, preview: &Preview{Format: "text", Output: "3 to add"},
-			action: tg.ActionRequire},
-		{name: "text preview read as json fails the rule", policy: rules(rule("r", `preview.json.deletes > 0`, tg.ActionDeny)),
-			preview: &Preview{Format: "text", Output: "3 to add"}, action: tg.ActionRequire, err: "rule r:"},
-		{name: "output and digest as strings", policy: rules(rule("r", `preview.output.contains("add") && preview.digest == "sha256:b"`, tg.ActionApprove)),
-			preview: &Preview{Format: "text", Output: "3 to add", Digest: "sha256:b"}, action: tg.ActionApprove, rule: "r"},
-		{name: "a Tool without a preview: present is false", policy: rules(rule("r", `!preview.present`, tg.ActionApprove)),
-			action: tg.ActionApprove, rule: "r"},
-		{name: "a Tool without a preview never matches a preview rule", policy: plans, action: tg.ActionRequire},
-		{name: "a json record that does not decode asks a human", policy: plans, preview: &Preview{Format: "json", Output: `{"adds":`},
-			action: tg.ActionRequire, err: "does not decode"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			rs, err := c.Compile(tc.policy)
-			g.Expect(err).NotTo(HaveOccurred())
-			got := rs.Evaluate(Input{Arguments: []byte(`{}`), Preview: tc.preview})
-			if tc.err != "" {
-				g.Expect(got.Err).To(MatchError(ContainSubstring(tc.err)))
-				g.Expect(got.Action).To(Equal(tg.ActionRequire))
-				return
-			}
-			g.Expect(got.Err).NotTo(HaveOccurred())
-			g.Expect(got.Action).To(Equal(tc.action))
-			g.Expect(got.Rule).To(Equal(tc.rule))
-		})
-	}
-}
 
 // Before the preview runs, only the rules before the first one that reads it can decide: a Deny there
 // rejects the call without running the preview.
