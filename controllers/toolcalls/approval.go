@@ -390,15 +390,21 @@ func (r *Reconciler) confirmOwnRequest(ctx context.Context, sc *scope, seen *pro
 // failClosed ends a ToolCall whose provider answers cannot be trusted or whose request was lost:
 // nothing runs. A best-effort cancel keeps a human from reviewing it.
 func (r *Reconciler) failClosed(ctx context.Context, sc *scope, cause error) (ctrl.Result, error) {
-	if ref, err := sc.ref(); err == nil && ref.ID != "" {
-		_, _ = r.providerOf(sc).Cancel(ctx, ref)
-	}
+	r.cancelRecorded(ctx, sc)
 	if provider.CodeOf(cause) == provider.CodeNotFound {
 		setStatus(sc.tc, lifecycle.RequestLost.Status())
 	} else {
 		setStatus(sc.tc, lifecycle.UntrustedAnswer.Status(cause))
 	}
 	return ctrl.Result{}, nil
+}
+
+// cancelRecorded cancels, best effort, the request status.requestID names, if any: for a call whose
+// own request cannot be trusted or found again, it keeps a human from reviewing a call that will not run.
+func (r *Reconciler) cancelRecorded(ctx context.Context, sc *scope) {
+	if ref, err := sc.ref(); err == nil && ref.ID != "" {
+		_, _ = r.providerOf(sc).Cancel(ctx, ref)
+	}
 }
 
 // recordRequest copies the provider's view of the request into the status.

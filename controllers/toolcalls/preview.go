@@ -404,9 +404,7 @@ func (r *Reconciler) checkPreview(ctx context.Context, sc *scope) error {
 // cancel keeps a human from reviewing it (by the recorded id: the call's own request cannot be found
 // again without the preview it was submitted with), and nothing runs.
 func (r *Reconciler) previewNotVerified(ctx context.Context, sc *scope) (ctrl.Result, error) {
-	if ref, err := sc.ref(); err == nil && ref.ID != "" {
-		_, _ = r.providerOf(sc).Cancel(ctx, ref)
-	}
+	r.cancelRecorded(ctx, sc)
 	_, err := r.endWithoutRunning(ctx, sc, lifecycle.PreviewNotVerified.Status(sc.previewProblem))
 	return ctrl.Result{}, err
 }
